@@ -1,0 +1,1 @@
+"""Learners that produce per-objective losses and consume aggregated directions."""

@@ -1,0 +1,1 @@
+"""Multi-task environments: Meta-World wrappers and our own fast vectorised tasks."""

@@ -1,0 +1,136 @@
+"""The contract every aggregator follows: K gradient rows in, one descent direction out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+CHECK_MODES = ("raise", "skip", "off")
+
+
+class Aggregator:
+    """Maps a ``[K, D]`` matrix of per-objective gradients to one ``[D]`` direction to descend.
+
+    Subclasses implement :meth:`aggregate`. Stateful ones (tracking variables, multipliers,
+    step counters, random generators) list their tensor/int attributes in ``_state_keys`` so
+    that :meth:`state_dict` / :meth:`load_state_dict` / :meth:`reset` treat every method alike.
+
+    ``check_finite`` decides what happens to NaN/inf input:
+
+    * ``"raise"`` (default): a ``ValueError`` naming the first bad objective. This reads one
+      boolean back from the device, i.e. one host synchronisation per call.
+    * ``"skip"``: no synchronisation. The returned direction is all zeros whenever any input
+      entry is non-finite (so the optimizer step does nothing) and ``nonfinite_steps``, a
+      device tensor, counts such calls; read it at logging time.
+    * ``"off"``: no check at all (caller guarantees finite input).
+    """
+
+    #: True for methods that need the ``[K]`` loss vector (EPO-AL, loss-weighted MoCo).
+    needs_losses: bool = False
+    #: Names of attributes saved by ``state_dict``; tensors are cloned, the rest copied.
+    _state_keys: tuple[str, ...] = ()
+
+    def __init__(self, check_finite: str = "raise") -> None:
+        if check_finite not in CHECK_MODES:
+            raise ValueError(f"check_finite={check_finite!r} is not valid; allowed: {', '.join(CHECK_MODES)}")
+        self.check_finite = check_finite
+        self.weights: torch.Tensor | None = None
+        self.nonfinite_steps: torch.Tensor | None = None
+
+    # -- the call -------------------------------------------------------------------------
+    def __call__(self, grads: torch.Tensor, losses: torch.Tensor | None = None) -> torch.Tensor:
+        grads, losses = self._check_inputs(grads, losses)
+        if self.check_finite == "skip":
+            ok = torch.isfinite(grads).all()
+            if losses is not None:
+                ok = ok & torch.isfinite(losses).all()
+            safe_grads = torch.where(ok, grads, torch.zeros_like(grads))
+            safe_losses = None if losses is None else torch.where(ok, losses, torch.ones_like(losses))
+            direction = self.aggregate(safe_grads, safe_losses)
+            direction = torch.where(ok & torch.isfinite(direction).all(), direction, torch.zeros_like(direction))
+            bad = (~ok).to(torch.int64)
+            self.nonfinite_steps = bad if self.nonfinite_steps is None else self.nonfinite_steps + bad
+            return direction
+        return self.aggregate(grads, losses)
+
+    def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _check_inputs(self, grads, losses):
+        if not isinstance(grads, torch.Tensor):
+            raise TypeError(f"grads must be a torch.Tensor of shape [K, D], got {type(grads).__name__}")
+        if grads.dim() != 2 or grads.shape[0] < 1:
+            raise ValueError(f"grads must have shape [K, D] with K >= 1, got {tuple(grads.shape)}")
+        if not grads.is_floating_point():
+            raise ValueError(f"grads must be a floating-point tensor, got dtype {grads.dtype}")
+        if losses is not None:
+            if not isinstance(losses, torch.Tensor):
+                losses = torch.as_tensor(losses, dtype=grads.dtype, device=grads.device)
+            losses = losses.reshape(-1)
+            if losses.shape[0] != grads.shape[0]:
+                raise ValueError(f"losses must have shape [K]={grads.shape[0]}, got {tuple(losses.shape)}")
+            losses = losses.to(device=grads.device, dtype=grads.dtype)
+        elif self.needs_losses:
+            raise ValueError(f"{type(self).__name__} needs the [K] loss vector: call aggregator(grads, losses)")
+        if self.check_finite == "raise":
+            finite_rows = torch.isfinite(grads).all(dim=1)
+            if losses is not None:
+                finite_rows = finite_rows & torch.isfinite(losses)
+            if not bool(finite_rows.all()):
+                k = int((~finite_rows).nonzero()[0, 0])
+                what = "gradient" if not bool(torch.isfinite(grads[k]).all()) else "loss"
+                raise ValueError(f"objective {k} has a non-finite (NaN/inf) {what}; all {grads.shape[0]} objectives must be finite")
+        return grads, losses
+
+    # -- state ----------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget everything learned across calls (tracking variables, multipliers, counters)."""
+        self.weights = None
+        self.nonfinite_steps = None
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        for key in self._state_keys:
+            value = getattr(self, key)
+            if isinstance(value, torch.Tensor):
+                value = value.detach().clone()
+            elif isinstance(value, torch.Generator):
+                value = value.get_state()
+            state[key] = value
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        missing = [k for k in self._state_keys if k not in state]
+        if missing:
+            raise KeyError(f"{type(self).__name__}.load_state_dict: missing keys {missing}")
+        for key in self._state_keys:
+            current = getattr(self, key, None)
+            value = state[key]
+            if isinstance(current, torch.Generator):
+                current.set_state(value)
+            elif isinstance(value, torch.Tensor):
+                setattr(self, key, value.detach().clone())
+            else:
+                setattr(self, key, value)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class GramianAggregator(Aggregator):
+    """An aggregator whose weights depend on the gradients only through the K×K Gramian.
+
+    Subclasses implement :meth:`weights_from_gramian`; the direction is ``weights @ grads``.
+    Users who already hold the Gramian (e.g. from a distributed all-reduce) can call
+    :meth:`weights_from_gramian` directly.
+    """
+
+    def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
+        gram = grads @ grads.T
+        w = self.weights_from_gramian(gram)
+        self.weights = w.detach()
+        return w.to(grads.dtype) @ grads
+
+    def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError

@@ -1,0 +1,1 @@
+"""Command line, training loops, logging, checkpoints and benchmarks."""

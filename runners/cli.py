@@ -1,0 +1,50 @@
+"""The ``morl`` command. Each subcommand lives in its own module, imported only when used.
+
+A subcommand module provides ``add_arguments(parser)`` and ``main(args) -> int``; it keeps
+heavy imports (metaworld, flwr, transformers) inside ``main`` so ``morl --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from runners.errors import UserError
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("runners.train", "train a multi-task RL agent from a YAML config"),
+    "eval": ("runners.evaluate", "evaluate the latest checkpoint of a run directory"),
+    "resume": ("runners.resume", "continue a run from its last checkpoint"),
+    "supervised": ("runners.supervised", "train a supervised multi-task model from a YAML config"),
+    "fl": ("runners.fl", "run federated learning (FedAvg, FedProx, FedMGDA+, MosT)"),
+    "prompt": ("runners.prompt", "train a mixture of soft prompts with MosT"),
+    "bench": ("runners.bench", "run a benchmark (aggregators, rl, most)"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="morl", description="Multi-objective and multi-task learning with PyTorch.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(importlib.import_module(args._module).main(args) or 0)
+    except UserError as exc:
+        print(f"morl: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("morl: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
