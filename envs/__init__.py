@@ -1,1 +1,56 @@
-"""Multi-task environments: Meta-World wrappers and our own fast vectorised tasks."""
+"""Multi-task environments: Meta-World wrappers and our own fast vectorised tasks.
+
+``make_env(name, seed=..., protocol=..., ...)`` returns a :class:`MultiTaskVecEnv` (a
+``gymnasium.vector.VectorEnv``); see docs/environments.md for the contract.
+"""
+
+from __future__ import annotations
+
+from envs.evaluation import default_eval_episodes, evaluate_policy
+from envs.vector import MultiTaskVecEnv
+
+PROTOCOLS = ("mtrl", "metaworld_v3")
+
+
+def available_envs() -> list[str]:
+    """Names accepted by :func:`make_env` (``mt1:<task>`` takes any Meta-World v3 task name)."""
+    return ["mt1:<task-name>", "mt10", "mt50", "point_mass"]
+
+
+def make_env(
+    name: str,
+    *,
+    seed: int,
+    protocol: str = "mtrl",
+    max_episode_steps: int | None = None,
+    num_tasks: int | None = None,
+    envs_per_task: int = 1,
+    eval: bool = False,
+) -> MultiTaskVecEnv:
+    """Build the multi-task vector env ``name`` ("mt10", "mt50", "mt1:<task>", "point_mass").
+
+    ``protocol`` ("mtrl" | "metaworld_v3") sets Meta-World's goal sampling and episode length;
+    ``max_episode_steps`` overrides the length; ``num_tasks`` is point_mass's task count
+    (default 4; ignored by Meta-World); ``eval=True`` builds the evaluation twin (mtrl: same
+    goals; metaworld_v3: its own goal stream; Meta-World episodes end at the first success).
+    Unknown names or protocols raise ``ValueError`` listing the valid ones.
+    """
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; valid protocols: {', '.join(PROTOCOLS)}")
+    if not isinstance(name, str):
+        raise ValueError(f"env name must be a string, one of {', '.join(available_envs())}; got {name!r}")
+    if name == "point_mass":
+        from envs.point_mass import PointMassEnv
+
+        kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+        return PointMassEnv(num_tasks=4 if num_tasks is None else num_tasks, envs_per_task=envs_per_task, seed=seed, **kwargs)
+    if name in ("mt10", "mt50") or name.startswith("mt1:"):
+        from envs.metaworld_env import MetaWorldVecEnv, mt1_task_names
+
+        if name.startswith("mt1:") and name[4:] not in mt1_task_names():
+            raise ValueError(f"unknown Meta-World task {name[4:]!r} in {name!r}; valid tasks: {', '.join(mt1_task_names())}")
+        return MetaWorldVecEnv(name, seed=seed, protocol=protocol, max_episode_steps=max_episode_steps, envs_per_task=envs_per_task, eval=eval)
+    raise ValueError(f"unknown env {name!r}; valid names: {', '.join(available_envs())}")
+
+
+__all__ = ["MultiTaskVecEnv", "PROTOCOLS", "available_envs", "default_eval_episodes", "evaluate_policy", "make_env"]

@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "supervised": ("runners.supervised", "train a supervised multi-task model from a YAML config"),
     "fl": ("runners.fl", "run federated learning (FedAvg, FedProx, FedMGDA+, MosT)"),
     "prompt": ("runners.prompt", "train a mixture of soft prompts with MosT"),
+    "forum": ("runners.forum", "FORUM multi-objective bi-level optimisation (hyper-cleaning, loss weights)"),
     "bench": ("runners.bench", "run a benchmark (aggregators, rl, most)"),
 }
 

@@ -1,0 +1,3 @@
+"""Federated learning where clients are objectives: FedAvg, FedProx, FedMGDA+, MGDA,
+linearisation and MosT share one client update (:mod:`agents.federated.client`), one server
+loop (:mod:`agents.federated.simulator`) and two engines (in-process vectorised; Flower)."""

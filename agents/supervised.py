@@ -1,0 +1,362 @@
+"""Supervised multi-task learning with any morl aggregator.
+
+:class:`SupervisedMTL` trains a model with shared parameters and task-specific ones (heads):
+the K per-task gradients of the *shared* parameters come from one batched backward
+(:func:`morl.gradients.per_task_grads`) and are combined by the aggregator; every other
+trainable parameter receives the gradient of the weighted loss sum, i.e. each head gets its
+own task's gradient. Any ``torch.optim`` optimizer then steps.
+
+Tasks are described by :class:`TaskSpec`; :class:`MultiTaskLoss` turns specs into the loss,
+per-sample losses and metrics (accuracy for classification, MSE for regression), and
+:class:`MultiHeadMLP` is a ready-made hard-parameter-sharing network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from morl.gradients import per_task_grads, write_grads
+
+__all__ = ["TaskSpec", "MultiTaskLoss", "MultiHeadMLP", "SupervisedMTL"]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task: ``classification`` with ``num_classes`` logits, or scalar ``regression``."""
+
+    name: str
+    kind: Literal["classification", "regression"]
+    num_classes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("classification", "regression"):
+            raise ValueError(f"task {self.name!r}: kind {self.kind!r} is not valid; allowed: classification, regression")
+        if self.kind == "classification" and self.num_classes < 2:
+            raise ValueError(f"task {self.name!r}: a classification task needs num_classes >= 2, got {self.num_classes}")
+
+    @property
+    def out_dim(self) -> int:
+        return self.num_classes if self.kind == "classification" else 1
+
+    @property
+    def metric(self) -> str:
+        """The task's evaluation metric: ``accuracy`` (higher is better) or ``mse`` (lower)."""
+        return "accuracy" if self.kind == "classification" else "mse"
+
+
+class MultiTaskLoss:
+    """Losses of K heads: cross-entropy (classification) or squared error (regression).
+
+    ``outputs`` is a sequence of K head outputs (``[N, C_k]`` or ``[N]``/``[N, 1]``) and
+    ``targets`` a ``[N, K]`` tensor (class labels stored as floats are cast to long).
+    """
+
+    def __init__(self, specs: Sequence[TaskSpec]) -> None:
+        if not specs:
+            raise ValueError("MultiTaskLoss needs at least one TaskSpec")
+        self.specs = list(specs)
+
+    @property
+    def task_names(self) -> list[str]:
+        return [s.name for s in self.specs]
+
+    def per_sample(self, outputs: Sequence[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+        """Per-sample, per-task losses ``[N, K]``."""
+        self._check(outputs, targets)
+        cols = []
+        for k, (spec, out) in enumerate(zip(self.specs, outputs)):
+            y = targets[:, k]
+            if spec.kind == "classification":
+                cols.append(nn.functional.cross_entropy(out, y.long(), reduction="none"))
+            else:
+                cols.append((out.reshape(-1) - y.to(out.dtype)) ** 2)
+        return torch.stack(cols, dim=1)
+
+    def __call__(self, outputs: Sequence[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+        return self.per_sample(outputs, targets).mean(dim=0)
+
+    def metrics(self, outputs: Sequence[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+        """Per-task batch means ``[K]`` of each task's :attr:`TaskSpec.metric`."""
+        self._check(outputs, targets)
+        vals = []
+        for k, (spec, out) in enumerate(zip(self.specs, outputs)):
+            y = targets[:, k]
+            if spec.kind == "classification":
+                vals.append((out.argmax(dim=-1) == y.long()).to(torch.float32).mean())
+            else:
+                vals.append(((out.reshape(-1) - y.to(out.dtype)) ** 2).to(torch.float32).mean())
+        return torch.stack(vals)
+
+    def _check(self, outputs, targets) -> None:
+        if len(outputs) != len(self.specs):
+            raise ValueError(f"expected {len(self.specs)} head outputs (one per task), got {len(outputs)}")
+        if targets.dim() != 2 or targets.shape[1] != len(self.specs):
+            raise ValueError(f"targets must have shape [N, {len(self.specs)}], got {tuple(targets.shape)}")
+
+
+class MultiHeadMLP(nn.Module):
+    """Hard parameter sharing: a ReLU MLP trunk (``self.trunk``) and one linear head per task."""
+
+    def __init__(self, in_dim: int, hidden: Sequence[int], specs: Sequence[TaskSpec]) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        width = in_dim
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        self.trunk = nn.Sequential(*layers)
+        self.heads = nn.ModuleList(nn.Linear(width, s.out_dim) for s in specs)
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        z = self.trunk(x.flatten(1))
+        return [head(z) for head in self.heads]
+
+
+def _resolve_shared(model: nn.Module, shared) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Split the model's trainable parameters into (shared, task-specific)."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if isinstance(shared, str):
+        shared = [shared]
+    if isinstance(shared, nn.Module):
+        ids = {id(p) for p in shared.parameters()}
+    elif isinstance(shared, (list, tuple)) and shared and all(isinstance(s, str) for s in shared):
+        prefixes = tuple(shared)
+        ids = {id(p) for n, p in named if n == prefixes or any(n == s or n.startswith(s.rstrip(".") + ".") for s in prefixes)}
+        if not ids:
+            names = sorted({n.split(".")[0] for n, _ in named})
+            raise ValueError(f"shared prefixes {list(prefixes)} match no trainable parameter; top-level names: {', '.join(names)}")
+    else:
+        tensors = list(shared) if shared is not None else []
+        if not all(isinstance(t, torch.Tensor) for t in tensors):
+            raise TypeError("shared must be a Module, a name prefix (str or list of str) or an iterable of parameters")
+        ids = {id(t) for t in tensors}
+    own = {id(p) for _, p in named}
+    if not ids or not ids <= own:
+        raise ValueError("shared parameters must be a non-empty subset of the model's trainable parameters")
+    return [p for _, p in named if id(p) in ids], [p for _, p in named if id(p) not in ids]
+
+
+class SupervisedMTL:
+    """Train ``model`` on K tasks with ``aggregator`` combining the shared-parameter gradients.
+
+    Args:
+        model: any ``nn.Module``. With ``loss_fn`` given, ``model(x)`` returns the outputs that
+            ``loss_fn(outputs, targets) -> [K]`` scores; with ``loss_fn=None``, ``model(x, y)``
+            must itself return the ``[K]`` loss vector.
+        aggregator: a :class:`morl.aggregators.Aggregator` (or any callable ``[K, D] -> [D]``).
+        optimizer: a ``torch.optim`` optimizer over (at least) the model's trainable parameters.
+        shared: the shared parameters: a submodule, a parameter-name prefix or list of prefixes
+            (e.g. ``"trunk"``), or an iterable of parameters. All other trainable parameters
+            are task-specific and get the gradient of ``sum_k w_k L_k``.
+        loss_fn: ``callable(outputs, targets) -> [K]``; a :class:`MultiTaskLoss` also provides
+            per-sample losses (needed for per-task batches, see :meth:`step`) and metrics.
+        task_weights: optional ``[K]`` loss weights ``w`` (default all ones); the aggregator
+            sees the gradients of ``w_k L_k``. Change them any time with :attr:`task_weights`
+            (FORUM's upper level does).
+        task_names: names used in metrics (default: from ``loss_fn.task_names`` or task0..).
+        max_grad_norm: optional clipping of the total gradient norm before the step.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        aggregator: Callable,
+        optimizer: torch.optim.Optimizer,
+        shared,
+        loss_fn: Callable[[Any, torch.Tensor], torch.Tensor] | None = None,
+        task_weights: torch.Tensor | Sequence[float] | None = None,
+        task_names: Sequence[str] | None = None,
+        max_grad_norm: float | None = None,
+    ) -> None:
+        self.model = model
+        self.aggregator = aggregator
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.shared_params, self.task_params = _resolve_shared(model, shared)
+        self.max_grad_norm = max_grad_norm
+        names = task_names or getattr(loss_fn, "task_names", None)
+        self._task_names = list(names) if names else None
+        self._task_weights: torch.Tensor | None = None
+        if task_weights is not None:
+            self.task_weights = task_weights
+        self.steps = 0
+        self.last_task_grads: torch.Tensor | None = None
+        self.last_direction: torch.Tensor | None = None
+
+    # -- tasks and weights ------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.shared_params[0].device
+
+    @property
+    def task_names(self) -> list[str]:
+        if self._task_names is None:
+            raise ValueError("task names are unknown until the first step; pass task_names=")
+        return self._task_names
+
+    @property
+    def task_weights(self) -> torch.Tensor | None:
+        """The ``[K]`` loss weights (None = all ones)."""
+        return self._task_weights
+
+    @task_weights.setter
+    def task_weights(self, weights) -> None:
+        if weights is None:
+            self._task_weights = None
+            return
+        w = torch.as_tensor(weights, dtype=self.shared_params[0].dtype, device=self.device).detach().reshape(-1)
+        if self._task_names is not None and w.shape[0] != len(self._task_names):
+            raise ValueError(f"task_weights must have {len(self._task_names)} entries (one per task), got {w.shape[0]}")
+        if not bool(torch.isfinite(w).all()):
+            raise ValueError("task_weights must be finite")
+        self._task_weights = w.clone()
+
+    # -- losses -----------------------------------------------------------------------------
+    def _to_device(self, batch):
+        x, y = batch
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def task_losses(self, batch, task_index: torch.Tensor | None = None) -> torch.Tensor:
+        """The ``[K]`` unweighted task losses of ``batch = (x, y)``, with the autograd graph.
+
+        ``task_index`` (``[K, B]`` row indices into the batch) evaluates task k only on rows
+        ``task_index[k]``: the per-objective orders of JoGBa give each task its own minibatch,
+        and one forward pass over their union serves all K.
+        """
+        x, y = self._to_device(batch)
+        if self.loss_fn is None:
+            if task_index is not None:
+                raise ValueError("task_index needs a loss_fn with per-sample losses (e.g. MultiTaskLoss)")
+            losses = self.model(x, y)
+        else:
+            outputs = self.model(x)
+            if task_index is None:
+                losses = self.loss_fn(outputs, y)
+            else:
+                if not hasattr(self.loss_fn, "per_sample"):
+                    raise ValueError("task_index needs a loss_fn with a per_sample(outputs, targets) -> [N, K] method")
+                per = self.loss_fn.per_sample(outputs, y)  # [N, K]
+                idx = task_index.to(per.device)
+                losses = per.gather(0, idx.T).mean(dim=0)
+        if not isinstance(losses, torch.Tensor) or losses.dim() != 1:
+            raise ValueError(f"the loss function must return a [K] tensor of task losses, got {getattr(losses, 'shape', losses)}")
+        if self._task_names is None:
+            self._task_names = [f"task{k}" for k in range(losses.shape[0])]
+        elif losses.shape[0] != len(self._task_names):
+            raise ValueError(f"got {losses.shape[0]} task losses for {len(self._task_names)} tasks")
+        return losses
+
+    def weighted(self, losses: torch.Tensor) -> torch.Tensor:
+        return losses if self._task_weights is None else losses * self._task_weights
+
+    # -- one update -------------------------------------------------------------------------
+    def step(self, batch, task_index: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """One optimizer step on ``batch = (x, y)``; see :meth:`task_losses` for ``task_index``.
+
+        Returns detached device tensors (no host synchronisation): ``losses`` ``[K]``
+        (unweighted) and, when the aggregator exposes them, its ``weights`` ``[K]``. The
+        per-task shared gradients ``[K, D]`` and the direction ``[D]`` stay available as
+        :attr:`last_task_grads` / :attr:`last_direction` (orderings such as JoGBa read them).
+        """
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        losses = self.task_losses(batch, task_index)
+        wl = self.weighted(losses)
+        if self.task_params:
+            # Heads sit at the top of the graph: this pass is cheap, and it keeps the graph for
+            # the batched per-task backward of the shared parameters below.
+            head = torch.autograd.grad(wl.sum(), self.task_params, retain_graph=True, allow_unused=True)
+            for p, g in zip(self.task_params, head):
+                p.grad = None if g is None else g
+        grads = per_task_grads(wl, self.shared_params)
+        if hasattr(self.aggregator, "needs_losses"):
+            direction = self.aggregator(grads, wl.detach())
+        else:
+            direction = self.aggregator(grads)
+        write_grads(self.shared_params, direction, accumulate=False)
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.shared_params + self.task_params, self.max_grad_norm)
+        self.optimizer.step()
+        self.steps += 1
+        self.last_task_grads = grads.detach()
+        self.last_direction = direction.detach()
+        out = {"losses": losses.detach()}
+        weights = getattr(self.aggregator, "weights", None)
+        if isinstance(weights, torch.Tensor):
+            out["weights"] = weights.detach()
+        return out
+
+    # -- evaluation -------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, batches: Iterable) -> dict[str, float]:
+        """Per-task metrics over ``batches`` (a DataLoader or any iterable of ``(x, y)``).
+
+        Returns ``{"<task>/loss": ..., "<task>/<metric>": ...}`` (sample-weighted means);
+        the metric is ``loss_fn.metrics`` when the loss function provides it (accuracy or
+        MSE for :class:`MultiTaskLoss`). One host synchronisation at the end.
+        """
+        self.model.eval()
+        loss_sum = metric_sum = None
+        count = 0
+        for batch in batches:
+            x, y = self._to_device(batch)
+            n = x.shape[0]
+            if self.loss_fn is None:
+                losses, metric = self.model(x, y), None
+            else:
+                outputs = self.model(x)
+                losses = self.loss_fn(outputs, y)
+                metric = self.loss_fn.metrics(outputs, y) if hasattr(self.loss_fn, "metrics") else None
+            loss_sum = losses * n if loss_sum is None else loss_sum + losses * n
+            if metric is not None:
+                metric_sum = metric * n if metric_sum is None else metric_sum + metric * n
+            count += n
+        if count == 0:
+            raise ValueError("evaluate got no batches")
+        if self._task_names is None:
+            self._task_names = [f"task{k}" for k in range(loss_sum.shape[0])]
+        result = {f"{t}/loss": v for t, v in zip(self.task_names, (loss_sum / count).tolist())}
+        if metric_sum is not None:
+            for name, spec_metric, v in zip(self.task_names, self.metric_names(), (metric_sum / count).tolist()):
+                result[f"{name}/{spec_metric}"] = v
+        return result
+
+    def metric_names(self) -> list[str]:
+        """The per-task metric names that :meth:`evaluate` reports besides the losses."""
+        specs = getattr(self.loss_fn, "specs", None)
+        if specs is not None:
+            return [s.metric for s in specs]
+        return ["metric"] * len(self.task_names)
+
+    def metric_directions(self) -> dict[str, bool]:
+        """``{"<task>/<metric>": higher_is_better}`` for every metric (the Δm direction mask)."""
+        out = {f"{t}/loss": False for t in self.task_names}
+        for t, m in zip(self.task_names, self.metric_names()):
+            out[f"{t}/{m}"] = m == "accuracy"
+        return out
+
+    # -- checkpoints ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        agg_state = self.aggregator.state_dict() if hasattr(self.aggregator, "state_dict") else {}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "aggregator": agg_state,
+            "task_weights": None if self._task_weights is None else self._task_weights.clone(),
+            "task_names": self._task_names,
+            "steps": self.steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if hasattr(self.aggregator, "load_state_dict"):
+            self.aggregator.load_state_dict(state["aggregator"])
+        self._task_names = state["task_names"]
+        self.task_weights = state["task_weights"]
+        self.steps = int(state["steps"])

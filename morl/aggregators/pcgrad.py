@@ -1,0 +1,77 @@
+"""PCGrad (Yu et al. 2020): project away the conflicting components, then combine.
+
+For each task i, in its own random order over j ≠ i:
+    if g_i^PC · g_j < 0:  g_i^PC ← g_i^PC − (g_i^PC · g_j / ‖g_j‖²) g_j
+(g_j is the ORIGINAL gradient, as in the paper), and d = mean_i g_i^PC (or the sum).
+
+Every g_i^PC is a combination Σ_k C_ik g_k of the original rows, so the whole procedure runs
+on the K×K Gramian: g_i^PC · g_j = (C G)_ij. The K task rows are processed together; the Python
+loops are over the K positions in the random orders (K×K tensor ops each) and the K draws.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from morl.aggregators._checks import check_choice, check_number
+from morl.aggregators.base import GramianAggregator
+from morl.solvers.gramian import normalized_gramian
+
+REDUCTIONS = ("mean", "sum")
+
+
+class PCGrad(GramianAggregator):
+    """Projecting conflicting gradients.
+
+    Options: ``seed`` (0) seeds the ``torch.Generator`` (on the CPU) that draws the task
+    orders, so runs are reproducible and the generator state is checkpointed;
+    ``reduction`` "mean" (default; the scale of the mean loss) or "sum" (the paper's
+    Algorithm 1 and the scale of the sum loss).
+    """
+
+    _state_keys = ("generator",)
+
+    def __init__(self, seed: int = 0, reduction: str = "mean", check_finite: str = "raise") -> None:
+        super().__init__(check_finite=check_finite)
+        check_number("PCGrad", "seed", seed, integer=True)
+        check_choice("PCGrad", "reduction", reduction, REDUCTIONS)
+        self.seed = seed
+        self.reduction = reduction
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def reset(self) -> None:
+        super().reset()
+        self.generator.manual_seed(self.seed)
+
+    def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
+        gram, _ = normalized_gramian(grads)
+        w = self.weights_from_gramian(gram).to(grads.dtype)
+        self.weights = w
+        return w @ grads
+
+    def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
+        k = gram.shape[0]
+        orders = self._draw_orders(k).to(gram.device)
+        coef = torch.eye(k, dtype=gram.dtype, device=gram.device)  # row i: g_i^PC in the g basis
+        rows = torch.arange(k, device=gram.device)
+        sq_norm = torch.diagonal(gram)
+        tiny = torch.finfo(gram.dtype).tiny
+        for pos in range(k):
+            j = orders[:, pos]  # partner of each row i at this position
+            dots = (coef * gram.index_select(0, j)).sum(-1)  # (C G)_{i, j_i}
+            norm_j = sq_norm.index_select(0, j)
+            conflict = (dots < 0) & (j != rows) & (norm_j > tiny)
+            step = torch.where(conflict, dots / torch.where(conflict, norm_j, torch.ones_like(norm_j)), torch.zeros_like(dots))
+            coef = coef.index_put((rows, j), coef[rows, j] - step)
+        w = coef.sum(0)
+        return w / k if self.reduction == "mean" else w
+
+    def _draw_orders(self, k: int) -> torch.Tensor:
+        # One independent permutation of the K tasks per row, as the reference code shuffles
+        # the task list anew for every g_i. Drawn with the CPU generator for reproducibility;
+        # K randperm calls rather than one batched argsort, whose multi-threaded sort stalls
+        # badly on a loaded CPU (95 ms vs ~1 ms for K = 200 measured here).
+        return torch.stack([torch.randperm(k, generator=self.generator) for _ in range(k)])
+
+    def __repr__(self) -> str:
+        return f"PCGrad(seed={self.seed}, reduction={self.reduction!r})"

@@ -1,0 +1,1 @@
+"""Test problems with known answers (CAGrad/MoCo toy, EPO synthetic problems)."""

@@ -1,0 +1,31 @@
+"""Scale handling for K×K Gramians, so solvers see numbers of order one at any gradient scale."""
+
+from __future__ import annotations
+
+import torch
+
+
+def gram_scale(gram: torch.Tensor) -> torch.Tensor:
+    """Largest diagonal entry of ``gram`` ([..., K, K]) as ``[..., 1, 1]``; 1 where it is 0 or tiny.
+
+    Dividing by it leaves every solution on the simplex unchanged (the objectives are
+    homogeneous in G) while keeping iterations away from under/overflow.
+    """
+    s = torch.diagonal(gram, dim1=-2, dim2=-1).amax(dim=-1, keepdim=True).unsqueeze(-1)
+    tiny = torch.finfo(gram.dtype).tiny ** 0.5
+    return torch.where(s > tiny, s, torch.ones_like(s))
+
+
+def normalized_gramian(grads: torch.Tensor, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(G / s, s)`` for the rows of ``grads`` ([K, D]), computed in ``dtype``.
+
+    The rows are divided by their largest absolute entry before the product, so gradients
+    from 1e-20 to 1e20 give a finite Gramian even in float32; ``s`` is the scale to multiply
+    back (a 0-d tensor, 1 for an all-zero matrix).
+    """
+    amax = grads.abs().amax()
+    amax = torch.where(amax > 0, amax, torch.ones_like(amax))
+    g = (grads / amax).to(dtype)
+    gram = g @ g.T
+    s = gram_scale(gram)
+    return gram / s, s.reshape(()) * amax.to(dtype) ** 2

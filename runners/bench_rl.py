@@ -1,0 +1,224 @@
+"""``morl bench rl``: MT10 training throughput per aggregator, and our MT-SAC update against SB3's SAC.
+
+Part 1 (transitions/s): the real training iteration (``rl_loop.iterate``: policy action ->
+MT10 step of all 10 envs -> store -> sample 128 per task -> one MT-SAC update) with the mean,
+PCGrad, CAGrad (c = 0.9) and MoCo aggregators, each as a ratio to mean. Target: CAGrad >= 0.85x.
+
+Part 2 (updates/s, update only): N gradient updates on a buffer filled with the same MT10
+transitions, our MT-SAC (mean) against stable-baselines3's ``SAC`` with the same network sizes
+(3 x 400) and batch (1280). Target: ours >= 1.5x SB3 per update.
+
+Both parts run in one process on one device with the same settings; figures go to
+docs/benchmarks.md with the command and machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from runners.errors import UserError
+
+AGGREGATORS: dict[str, dict[str, Any]] = {"mean": {}, "pcgrad": {}, "cagrad": {"c": 0.9}, "moco": {}}
+TARGETS = {"cagrad_vs_mean": 0.85, "ours_vs_sb3": 1.5}
+FULL = {"fill_steps": 200, "loop_steps": 100, "updates": 100, "warmup": 5}
+QUICK = {"fill_steps": 30, "loop_steps": 8, "updates": 8, "warmup": 2}
+
+
+def run(args) -> int:
+    from runners.bench_aggregators import _machine
+    from runners.device import resolve_device
+
+    device = resolve_device(getattr(args, "device", "auto"))
+    quick = bool(getattr(args, "quick", False))
+    out = getattr(args, "out", None)
+    if out is not None and not str(out).strip():
+        raise UserError("--out must be a file path")
+    sizes = QUICK if quick else FULL
+    machine = _machine(device)
+    print(f"morl bench rl on {machine['device_name']} (torch {torch.__version__}, {torch.get_num_threads()} threads)"
+          f"{' --quick' if quick else ''}", flush=True)
+    result = measure("mt10", device=device, **sizes)
+    print(format_report(result))
+    if out:
+        from runners.checkpoint import atomic_write_text
+
+        atomic_write_text(out, json.dumps({"machine": machine, "quick": quick, "settings": sizes, **result}, indent=2) + "\n")
+        print(f"wrote {out}")
+    return 0
+
+
+def _config(env_name: str, hidden: list[int], batch: int, device: torch.device):
+    from runners.rl_config import load_rl_config
+
+    return load_rl_config(None, [f"env.name={env_name}", f"agent.hidden_sizes={hidden}", f"agent.batch_size={batch}",
+                                 "agent.buffer_capacity=200000", f"run.device={device}", "run.warmup_steps=0",
+                                 "run.log_every=1000000000", "run.name=bench"])
+
+
+def _session(cfg, env, replay, aggregator: str, options: dict[str, Any]):
+    from runners.rl_config import AggregatorConfig
+    from runners.rl_metrics import LoopStats
+    from runners.rl_session import Session, build_agent
+
+    cfg = dataclasses.replace(cfg, aggregator=AggregatorConfig(aggregator, dict(options)))
+    device = torch.device(cfg.run.device)
+    torch.manual_seed(cfg.run.seed)
+    agent, agg = build_agent(cfg, env, device)
+    gen = torch.Generator(device=device).manual_seed(1)
+    return Session(cfg=cfg, device=device, env=env, eval_env=None, agent=agent, aggregator=agg, replay=replay,
+                   sample_gen=gen, action_rng=np.random.default_rng(2), obs=env.observations(), stats=LoopStats(env.num_tasks))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _fill(env, replay, steps: int, rng: np.random.Generator, sb3_buffer=None) -> None:
+    """Random-action transitions of the real env, stored in our replay (and SB3's, if given)."""
+    obs, _ = env.reset(seed=0)
+    for _ in range(steps):
+        action = rng.uniform(-1, 1, (env.num_envs, env.single_action_space.shape[0])).astype(np.float32)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        replay.add(env.task_ids, obs, action, reward, info["final_obs"], terminated)
+        if sb3_buffer is not None:
+            infos = [{"TimeLimit.truncated": bool(t)} for t in truncated]
+            sb3_buffer.add(obs, info["final_obs"], action, reward, terminated | truncated, infos)
+        obs = next_obs
+
+
+def loop_throughput(cfg, env, replay, aggregators: dict[str, dict], loop_steps: int, warmup: int, rounds: int = 4) -> dict[str, dict]:
+    """Transitions/s of the full training iteration for each aggregator.
+
+    The aggregators take turns in ``rounds`` chunks of iterations (round-robin), so a machine
+    whose speed drifts during the benchmark (other load, clocks) biases none of them.
+    """
+    from runners.rl_loop import iterate
+    from runners.rl_metrics import AggregationTimer, SectionTimer
+
+    sessions = {name: _session(cfg, env, replay, name, options) for name, options in aggregators.items()}
+    timers = {name: (SectionTimer(), AggregationTimer(s.aggregator, s.device)) for name, s in sessions.items()}
+    seconds = dict.fromkeys(sessions, 0.0)
+    chunks = [len(r) for r in np.array_split(np.arange(loop_steps), max(1, min(rounds, loop_steps)))]
+    for name, s in sessions.items():
+        s.obs = env.observations()  # the sessions share the env: continue from its current state
+        for _ in range(warmup):
+            iterate(s, *timers[name])
+        timers[name][0].reset()
+        timers[name][1].reset()
+    for chunk in chunks:
+        for name, s in sessions.items():
+            s.obs = env.observations()
+            _sync(s.device)
+            t0 = time.perf_counter()
+            for _ in range(chunk):
+                iterate(s, *timers[name])
+            _sync(s.device)
+            seconds[name] += time.perf_counter() - t0
+    rows = {}
+    for name in sessions:
+        timer, agg_timer = timers[name]
+        rows[name] = {
+            "transitions_per_s": loop_steps * env.num_envs / seconds[name],
+            "ms_per_iteration": seconds[name] / loop_steps * 1e3,
+            "env_ms_per_iteration": timer.seconds.get("env", 0.0) / loop_steps * 1e3,
+            "aggregation_ms": agg_timer.per_call() * 1e3 if agg_timer.calls else None,
+        }
+    base = rows["mean"]["transitions_per_s"] if "mean" in rows else None
+    for row in rows.values():
+        row["ratio_to_mean"] = row["transitions_per_s"] / base if base else None
+    return rows
+
+
+def sb3_model(env, hidden: list[int], batch: int, device: torch.device):
+    """stable-baselines3's plain SAC on the same env, same network sizes and batch."""
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.logger import configure
+
+    from agents.sb3 import SB3VecEnv
+
+    model = SAC("MlpPolicy", SB3VecEnv(env), batch_size=batch, buffer_size=200_000, learning_starts=0,
+                policy_kwargs={"net_arch": list(hidden)}, device=device, seed=0, verbose=0)
+    model.set_logger(configure(None, []))
+    return model
+
+
+def update_throughput(cfg, env, replay, sb3, updates: int, warmup: int, rounds: int = 4) -> dict[str, float]:
+    """Updates/s on a filled buffer: our MT-SAC (mean) and SB3's SAC, alternating in ``rounds`` chunks."""
+    s = _session(cfg, env, replay, "mean", {})
+    done = 0
+
+    def ours(n: int) -> None:
+        nonlocal done
+        for _ in range(n):
+            s.agent.update(s.replay.sample(s.per_task_batch, s.sample_gen), done)
+            done += 1
+
+    def theirs(n: int) -> None:
+        sb3.train(gradient_steps=n, batch_size=cfg.agent.batch_size)
+
+    seconds = {"ours": 0.0, "sb3": 0.0}
+    ours(warmup)
+    theirs(warmup)
+    for chunk in [len(r) for r in np.array_split(np.arange(updates), max(1, min(rounds, updates)))]:
+        for name, fn in (("ours", ours), ("sb3", theirs)):
+            _sync(s.device)
+            t0 = time.perf_counter()
+            fn(chunk)
+            _sync(s.device)
+            seconds[name] += time.perf_counter() - t0
+    return {"ours_updates_per_s": updates / seconds["ours"], "sb3_updates_per_s": updates / seconds["sb3"],
+            "ours_vs_sb3": seconds["sb3"] / seconds["ours"]}
+
+
+def measure(env_name: str = "mt10", *, device: torch.device, hidden: list[int] | None = None, batch: int = 1280,
+            fill_steps: int, loop_steps: int, updates: int, warmup: int,
+            aggregators: dict[str, dict] | None = None) -> dict[str, Any]:
+    """Both parts of the benchmark on ``env_name`` (``mt10`` for the recorded figures)."""
+    import envs
+    from agents.replay import MultiTaskReplay
+
+    hidden = hidden or [400, 400, 400]
+    cfg = _config(env_name, hidden, batch, device)
+    env = envs.make_env(env_name, seed=0)
+    obs_dim, act_dim = env.single_observation_space.shape[0], env.single_action_space.shape[0]
+    replay = MultiTaskReplay(env.num_tasks, cfg.agent.buffer_capacity // env.num_tasks, obs_dim, act_dim, device)
+    sb3 = sb3_model(env, hidden, batch, device)
+    _fill(env, replay, fill_steps, np.random.default_rng(0), sb3.replay_buffer)
+
+    print(f"part 1: training iteration on {env_name} ({env.num_envs} envs, batch {batch}, {hidden} networks)", flush=True)
+    loop = loop_throughput(cfg, env, replay, aggregators or AGGREGATORS, loop_steps, warmup)
+    print(f"part 2: update only, {updates} updates, batch {batch}", flush=True)
+    update = update_throughput(cfg, env, replay, sb3, updates, warmup)
+    return {
+        "env": env_name, "hidden_sizes": hidden, "batch_size": batch,
+        "loop": loop,
+        "update": update,
+        "targets": TARGETS,
+    }
+
+
+def format_report(result: dict[str, Any]) -> str:
+    lines = [f"{'aggregator':<10} {'transitions/s':>14} {'x mean':>7} {'ms/iter':>8} {'env ms':>7} {'agg ms':>7}"]
+    for name, row in result["loop"].items():
+        agg = "-" if row["aggregation_ms"] is None else f"{row['aggregation_ms']:.2f}"
+        ratio = "-" if row["ratio_to_mean"] is None else f"{row['ratio_to_mean']:.2f}"
+        lines.append(f"{name:<10} {row['transitions_per_s']:14.1f} {ratio:>7} {row['ms_per_iteration']:8.1f} "
+                     f"{row['env_ms_per_iteration']:7.1f} {agg:>7}")
+    u = result["update"]
+    lines.append("")
+    lines.append(f"update only: ours (MT-SAC, mean) {u['ours_updates_per_s']:.2f} updates/s, "
+                 f"stable-baselines3 SAC {u['sb3_updates_per_s']:.2f} updates/s -> {u['ours_vs_sb3']:.2f}x")
+    cagrad = result["loop"].get("cagrad", {}).get("ratio_to_mean")
+    if cagrad is not None:
+        lines.append(f"targets: CAGrad >= {TARGETS['cagrad_vs_mean']}x mean: {cagrad:.2f}x "
+                     f"({'met' if cagrad >= TARGETS['cagrad_vs_mean'] else 'NOT met'}); "
+                     f"ours >= {TARGETS['ours_vs_sb3']}x SB3: {u['ours_vs_sb3']:.2f}x "
+                     f"({'met' if u['ours_vs_sb3'] >= TARGETS['ours_vs_sb3'] else 'NOT met'})")
+    return "\n".join(lines)

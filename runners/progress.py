@@ -1,0 +1,35 @@
+"""The terminal progress bar of a training run: steps, rate, ETA and the latest evaluation."""
+
+from __future__ import annotations
+
+import sys
+
+from tqdm import tqdm
+
+
+class Progress:
+    """A tqdm bar over vector-env steps. ``enabled=None`` shows it only on a terminal."""
+
+    def __init__(self, total: int, initial: int = 0, desc: str = "train", enabled: bool | None = None) -> None:
+        disable = (not sys.stderr.isatty()) if enabled is None else not enabled
+        self.bar = tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True, disable=disable, smoothing=0.05)
+        self.fields: dict[str, str] = {}
+
+    def advance(self, n: int = 1) -> None:
+        self.bar.update(n)
+
+    def show(self, **fields: float | str) -> None:
+        """Set postfix fields (e.g. ``eval=0.83``, ``tps=540``); they stay until replaced."""
+        for key, value in fields.items():
+            self.fields[key] = f"{value:.3g}" if isinstance(value, float) else str(value)
+        self.bar.set_postfix(self.fields, refresh=False)
+
+    def message(self, text: str) -> None:
+        """A line above the bar (also printed when the bar is hidden)."""
+        if self.bar.disable:
+            print(text, file=sys.stderr, flush=True)
+        else:
+            self.bar.write(text, file=sys.stderr)
+
+    def close(self) -> None:
+        self.bar.close()

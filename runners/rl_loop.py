@@ -1,0 +1,118 @@
+"""The RL training loop: collect -> store -> sample -> update -> log -> evaluate -> checkpoint.
+
+One iteration ("step") steps every sub-env of the vector env once, stores the transitions
+(``final_obs`` as next observation, bootstrapping through time-limit truncations), then runs
+``updates_per_step`` MT-SAC updates on a batch with the same number of transitions per task.
+Update metrics stay on the device and are read back once per ``log_every`` steps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from runners.progress import Progress
+from runners.rl_metrics import AggregationTimer, SectionTimer, write_log
+from runners.rl_session import Session, save_checkpoint
+
+
+def collect_action(s: Session) -> np.ndarray:
+    """Uniform random actions during warm-up, then a sample from the policy."""
+    if s.step < s.cfg.run.warmup_steps:
+        return s.action_rng.uniform(-1.0, 1.0, size=(s.env.num_envs, s.env.single_action_space.shape[0])).astype(np.float32)
+    with torch.no_grad():
+        action = s.agent.act(torch.as_tensor(s.obs, device=s.device), deterministic=False)
+    return action.cpu().numpy()
+
+
+def evaluate(s: Session, episodes_per_task: int | None = None) -> dict[str, Any]:
+    """Per-task success and return of the deterministic policy on the session's evaluation env."""
+    return evaluate_agent(s.agent, s.eval_env, s.device, episodes_per_task or eval_episodes(s.cfg))
+
+
+def eval_episodes(cfg) -> int:
+    """``run.eval_episodes``, or the protocol's default (mtrl: 1, metaworld_v3: 50)."""
+    import envs
+
+    return cfg.run.eval_episodes or envs.default_eval_episodes(cfg.env.protocol)
+
+
+def evaluate_agent(agent, eval_env, device: torch.device, episodes_per_task: int) -> dict[str, Any]:
+    import envs
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return agent.act(torch.as_tensor(obs, device=device), deterministic=True).cpu().numpy()
+
+    return envs.evaluate_policy(eval_env, policy, episodes_per_task)
+
+
+def iterate(s: Session, timer: SectionTimer, agg_timer: AggregationTimer) -> None:
+    """One iteration: collect -> store -> sample -> update (also what ``morl bench rl`` times)."""
+    run = s.cfg.run
+    # 1. collect: one step of every sub-env
+    with timer("env"):
+        actions = collect_action(s)
+        next_obs, reward, terminated, truncated, info = s.env.step(actions)
+    # 2. store (final_obs is the true last observation where an episode ended; truncation
+    #    by the time limit is not stored as terminal, so the critic bootstraps through it)
+    s.replay.add(s.env.task_ids, s.obs, actions, reward, info["final_obs"], terminated)
+    s.stats.add_episodes(s.env.task_ids, info, terminated | truncated)
+    s.stats.transitions += s.env.num_envs
+    s.obs = next_obs
+    s.step += 1
+    # 3. sample + 4. update
+    if s.step > run.warmup_steps:
+        with timer("update"):
+            for _ in range(run.updates_per_step):
+                # on CUDA the aggregation is timed (with a sync) once per log interval
+                agg_timer.sample_next = s.step % run.log_every == 0
+                batch = s.replay.sample(s.per_task_batch, s.sample_gen)
+                s.stats.add_update(s.agent.update(batch, s.updates))
+                s.updates += 1
+
+
+def train(s: Session, run_dir: Path, logger, progress: bool | None = None) -> dict[str, Any]:
+    """Run from ``s.step`` to ``run.total_steps``; returns the last evaluation."""
+    run = s.cfg.run
+    bar = Progress(run.total_steps, initial=s.step, desc=run.name or "train", enabled=progress)
+    timer, agg_timer = SectionTimer(), AggregationTimer(s.aggregator, s.device)
+    try:
+        while s.step < run.total_steps:
+            iterate(s, timer, agg_timer)  # 1. collect, 2. store, 3. sample, 4. update
+            # 5. log
+            if s.step % run.log_every == 0 or s.step == run.total_steps:
+                record = write_log(logger, s.step, s.task_names, s.stats, timer, agg_timer)
+                bar.show(tps=record["perf/transitions_per_s"])
+                s.stats.reset_interval()
+                timer.reset()
+                agg_timer.reset()
+            # 6. evaluate
+            if s.step % run.eval_every == 0 or s.step == run.total_steps:
+                _evaluate_and_log(s, logger, bar)
+            # 7. checkpoint
+            if s.step % run.checkpoint_every == 0 or s.step == run.total_steps:
+                save_checkpoint(s, run_dir)
+            bar.advance()
+    finally:
+        bar.close()
+        logger.flush()
+    return s.stats.last_eval or {}
+
+
+def _evaluate_and_log(s: Session, logger, bar: Progress) -> None:
+    result = evaluate(s)
+    names = result["task_names"]
+    success = logger.per_task("eval/success", result["success"], names, s.step)
+    ret = logger.per_task("eval/return", result["return"], names, s.step)
+    best = success["mean"] if np.isnan(s.stats.best_eval_success) else max(s.stats.best_eval_success, success["mean"])
+    s.stats.best_eval_success = best
+    logger.scalar("eval/success/best_mean", best, s.step)
+    s.stats.last_eval = {"step": s.step, "success": success, "return": ret}
+    logger.record(s.step, kind="eval", **{"eval/success": success, "eval/return": ret, "eval/success/best_mean": best})
+    logger.flush()
+    bar.show(eval=success["mean"], best=best)
+    bar.message(f"step {s.step}: eval success {success['mean']:.3f} (best {best:.3f}), return {ret['mean']:.1f}")

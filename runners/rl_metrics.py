@@ -1,0 +1,216 @@
+"""What the RL loop measures between two log points, and how it is written out.
+
+Episode statistics arrive from the environment on the host (numpy); update metrics are
+device tensors summed on the device and read back ONCE per log interval. Wall-clock time is
+split into environment stepping, updates and (inside the updates) aggregation.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+
+# update() metric -> TensorBoard tag. Per-task [T] metrics are logged as tag/<task> + tag/mean.
+UPDATE_TAGS: dict[str, str] = {
+    "actor_loss": "loss/actor",
+    "critic_loss": "loss/critic",
+    "alpha_loss": "loss/alpha",
+    "alpha": "alpha",
+    "entropy": "entropy",
+    "agg_weights": "aggregator/weight",
+    "grad_norm_task": "grad/norm_task",
+    "grad_norm_pre": "grad/norm_pre_aggregation",
+    "grad_norm_post": "grad/norm_post_aggregation",
+    "grad_cos_min": "grad/cos_min",
+    "grad_cos_mean": "grad/cos_mean",
+    "grad_conflicts": "grad/conflicting_pairs",
+    "nonfinite_updates": "train/skipped_nonfinite_updates",
+}
+SCALAR_METRICS = {"grad_norm_pre", "grad_norm_post", "grad_cos_min", "grad_cos_mean", "grad_conflicts", "nonfinite_updates"}
+# Running counters: the interval reports their latest value, not a mean.
+LATEST_METRICS = {"nonfinite_updates"}
+
+
+class LoopStats:
+    """Accumulators of one log interval plus the latest per-task training episode results."""
+
+    def __init__(self, num_tasks: int = 0) -> None:
+        self.num_tasks = num_tasks
+        self.last_success = np.full(num_tasks, np.nan)
+        self.last_return = np.full(num_tasks, np.nan)
+        self.best_eval_success = float("nan")
+        self.last_eval: dict[str, Any] | None = None
+        self.reset_interval()
+
+    def reset_interval(self) -> None:
+        t = self.num_tasks
+        self.ep_success = np.zeros(t)
+        self.ep_return = np.zeros(t)
+        self.ep_count = np.zeros(t, np.int64)
+        self.update_sums: dict[str, torch.Tensor] = {}
+        self.update_count = 0
+        self.transitions = 0
+
+    def add_episodes(self, task_ids: np.ndarray, info: dict[str, Any], done: np.ndarray) -> None:
+        if not done.any():
+            return
+        tasks = task_ids[done]
+        np.add.at(self.ep_success, tasks, np.asarray(info["episode_success"], np.float64)[done])
+        np.add.at(self.ep_return, tasks, np.asarray(info["episode_return"], np.float64)[done])
+        np.add.at(self.ep_count, tasks, 1)
+
+    def add_update(self, metrics: dict[str, torch.Tensor]) -> None:
+        # Device-side sums: no host synchronisation per update.
+        for key, value in metrics.items():
+            value = value.detach().float()
+            prev = self.update_sums.get(key)
+            self.update_sums[key] = value if prev is None or key in LATEST_METRICS else prev + value
+        self.update_count += 1
+
+    def episode_means(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-task success/return of the episodes that ended in this interval; tasks with none
+        keep their previous value (NaN before their first episode)."""
+        seen = self.ep_count > 0
+        self.last_success[seen] = self.ep_success[seen] / self.ep_count[seen]
+        self.last_return[seen] = self.ep_return[seen] / self.ep_count[seen]
+        return self.last_success.copy(), self.last_return.copy()
+
+    def update_means(self) -> dict[str, np.ndarray]:
+        """Interval means of the update metrics, read back in one device->host copy."""
+        if not self.update_count:
+            return {}
+        keys = list(self.update_sums)
+        flat = [self.update_sums[k].reshape(-1) / (1 if k in LATEST_METRICS else self.update_count) for k in keys]
+        host = torch.cat(flat).cpu().numpy()
+        out, start = {}, 0
+        for key, f in zip(keys, flat):
+            out[key] = host[start : start + f.numel()]
+            start += f.numel()
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "num_tasks": self.num_tasks,
+            "last_success": self.last_success.copy(),
+            "last_return": self.last_return.copy(),
+            "best_eval_success": self.best_eval_success,
+            "last_eval": self.last_eval,
+            "ep_success": self.ep_success.copy(),
+            "ep_return": self.ep_return.copy(),
+            "ep_count": self.ep_count.copy(),
+            "update_sums": {k: v.clone() for k, v in self.update_sums.items()},
+            "update_count": self.update_count,
+            "transitions": self.transitions,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.num_tasks = state["num_tasks"]
+        for key, value in state.items():
+            if key != "num_tasks":
+                setattr(self, key, value.copy() if isinstance(value, np.ndarray) else value)
+
+
+class SectionTimer:
+    """Wall-clock seconds per named section since the last ``reset``."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.start = time.perf_counter()
+
+    @contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+
+class AggregationTimer:
+    """Times the aggregator calls the agent makes, by wrapping the instance's ``aggregate``.
+
+    On CPU every call is timed (no synchronisation is needed). On CUDA a call is timed, with a
+    synchronisation before and after, only when ``sample_next`` was set -- once per log interval
+    -- and the per-call time of that sample is reported.
+    """
+
+    def __init__(self, aggregator, device: torch.device) -> None:
+        self.sync = device.type == "cuda"
+        self.device = device
+        self.sample_next = False
+        self.reset()
+        inner = aggregator.aggregate
+
+        def timed(grads, losses):
+            if self.sync and not self.sample_next:
+                return inner(grads, losses)
+            if self.sync:
+                torch.cuda.synchronize(self.device)
+            t0 = time.perf_counter()
+            out = inner(grads, losses)
+            if self.sync:
+                torch.cuda.synchronize(self.device)
+                self.sample_next = False
+            self.seconds += time.perf_counter() - t0
+            self.calls += 1
+            return out
+
+        aggregator.aggregate = timed  # instance attribute: the class and other instances are untouched
+
+    def reset(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+
+    def per_call(self) -> float:
+        return self.seconds / self.calls if self.calls else float("nan")
+
+
+def write_log(logger, step: int, task_names: list[str], stats: LoopStats, timer: SectionTimer, agg_timer: AggregationTimer) -> dict[str, Any]:
+    """Write one log interval to TensorBoard and metrics.jsonl; returns the JSON record."""
+    record: dict[str, Any] = {"kind": "train"}
+    success, ret = stats.episode_means()
+    if not np.isnan(success).all():
+        record["train/success"] = logger.per_task("train/success", np.nan_to_num(success, nan=0.0), task_names, step)
+        record["train/return"] = logger.per_task("train/return", np.nan_to_num(ret, nan=0.0), task_names, step)
+    t0 = time.perf_counter()
+    means = stats.update_means()  # the one host synchronisation of the interval
+    sync_s = time.perf_counter() - t0
+    for key, values in means.items():
+        tag = UPDATE_TAGS.get(key, f"train/{key}")
+        if key in SCALAR_METRICS or values.size != len(task_names):
+            record[tag] = logger.scalar(tag, float(values.mean()), step)
+        else:
+            record[tag] = logger.per_task(tag, values, task_names, step)
+    record.update(_perf(logger, step, stats, timer, agg_timer, sync_s))
+    logger.record(step, **record)
+    logger.flush()
+    return record
+
+
+def _perf(logger, step, stats: LoopStats, timer: SectionTimer, agg_timer: AggregationTimer, sync_s: float) -> dict[str, float]:
+    elapsed = max(timer.elapsed(), 1e-9)
+    env_s = timer.seconds.get("env", 0.0)
+    update_s = timer.seconds.get("update", 0.0) + sync_s  # device work finishes during the sync
+    agg_s = agg_timer.per_call() * stats.update_count if agg_timer.calls else 0.0
+    perf = {
+        "perf/transitions_per_s": stats.transitions / elapsed,
+        "perf/updates_per_s": stats.update_count / elapsed,
+        "perf/env_fraction": env_s / elapsed,
+        "perf/update_fraction": update_s / elapsed,
+        "perf/aggregation_fraction": min(agg_s / elapsed, 1.0),
+        "perf/aggregation_ms": agg_timer.per_call() * 1e3 if agg_timer.calls else float("nan"),
+    }
+    for tag, value in perf.items():
+        if np.isfinite(value):
+            logger.scalar(tag, value, step)
+    return perf

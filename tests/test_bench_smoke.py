@@ -1,0 +1,44 @@
+"""`morl bench aggregators --quick` runs in-process and reports every method.
+
+The arguments go through the `morl bench` subcommand's own parser and ``main`` (what
+``runners.cli`` dispatches to), so this test does not depend on every other subcommand.
+"""
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from morl.aggregators import available
+from runners import bench
+from runners.errors import UserError
+
+
+def bench_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="morl bench")
+    bench.add_arguments(parser)
+    return bench.main(parser.parse_args(argv))
+
+
+def test_bench_aggregators_quick(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert bench_main(["aggregators", "--quick", "--device", "cpu", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    methods = available() + ["moco+cagrad"]
+    table = printed.split("Aggregator call")[1].split("MT10-sized actor")[0]
+    for name in methods:
+        assert any(line.split()[:1] == [name] for line in table.splitlines()), f"{name} missing from the table"
+    result = json.loads(out.read_text())
+    cells = {(r["method"], r["K"], r["D"]) for r in result["aggregators"]}
+    assert cells == {(m, k, 10_000) for m in methods for k in (2, 10)}
+    assert all(r["ms"] > 0 for r in result["aggregators"])
+    actor = result["actor"]
+    assert {r["strategy"] for r in actor["rows"]} == {"batched", "jacobian", "loop"}
+    assert all(r["ratio"] > 0 for r in actor["rows"]) and actor["params"] == 344_008
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_bench_rejects_missing_cuda():
+    with pytest.raises(UserError, match="CUDA is not available"):
+        bench_main(["aggregators", "--quick", "--device", "cuda"])

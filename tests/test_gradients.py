@@ -1,0 +1,173 @@
+"""Per-objective gradients (batched and looped), morl.backward, and writing into .grad."""
+
+import pytest
+import torch
+from torch.func import functional_call
+
+import morl
+from morl.aggregators import available, build
+from morl.gradients import batched_task_grads, flatten, per_task_grads, unflatten, write_grads
+
+K, B, N_IN, N_OUT = 4, 6, 5, 3
+
+
+def mlp(gen_seed: int = 0, dtype=torch.float64) -> torch.nn.Module:
+    torch.manual_seed(gen_seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(N_IN, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, N_OUT)
+    ).to(dtype)
+
+
+def task_data(gen, dtype=torch.float64):
+    x = torch.randn(K, B, N_IN, generator=gen, dtype=dtype)
+    y = torch.randn(K, B, N_OUT, generator=gen, dtype=dtype)
+    scale = torch.rand(K, N_OUT, generator=gen, dtype=dtype) + 0.5  # a per-task "critic"
+    return x, y, scale
+
+
+def slice_loss(out, y, scale):
+    return ((out - y) ** 2 * scale).mean()
+
+
+def reference_rows(model, x, y, scale) -> torch.Tensor:
+    """K separate forward + backward passes, one per task slice: the plain-autograd reference."""
+    rows = []
+    for k in range(K):
+        model.zero_grad()
+        slice_loss(model(x[k]), y[k], scale[k]).backward()
+        rows.append(flatten(p.grad for p in model.parameters()))
+    model.zero_grad()
+    return torch.stack(rows)
+
+
+def stacked_losses(model, x, y, scale) -> torch.Tensor:
+    out = model(x.reshape(K * B, N_IN)).reshape(K, B, N_OUT)
+    return ((out - y) ** 2 * scale[:, None, :]).mean(dim=(1, 2))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("batched", [True, False])
+def test_per_task_grads_match_k_backward_passes(gen, dtype, tol, batched):
+    model, (x, y, scale) = mlp(dtype=dtype), task_data(gen, dtype)
+    ref = reference_rows(model, x, y, scale)
+    rows = per_task_grads(stacked_losses(model, x, y, scale), model.parameters(), batched=batched)
+    assert rows.shape == (K, sum(p.numel() for p in model.parameters()))
+    assert torch.allclose(rows, ref, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_batched_task_grads_match_k_backward_passes(gen, dtype, tol):
+    model, (x, y, scale) = mlp(dtype=dtype), task_data(gen, dtype)
+    ref = reference_rows(model, x, y, scale)
+    params = dict(model.named_parameters())
+
+    def loss_fn(p, xk, yk):
+        return slice_loss(functional_call(model, {n: p[n] for n in params}, (xk,)), yk, p["critic_scale"])
+
+    losses, rows = batched_task_grads(loss_fn, params, x, y, per_task_params={"critic_scale": scale})
+    assert torch.allclose(rows, ref, atol=tol, rtol=tol)
+    assert torch.allclose(losses, stacked_losses(model, x, y, scale).detach(), atol=tol, rtol=tol)
+    assert not losses.requires_grad and not rows.requires_grad
+    assert all(p.grad is None for p in model.parameters())  # nothing written as a side effect
+    chunked = batched_task_grads(loss_fn, params, x, y, per_task_params={"critic_scale": scale}, chunk_size=3)[1]
+    assert torch.allclose(chunked, rows, atol=tol, rtol=tol)
+
+
+def test_unused_parameters_get_zero_rows(gen):
+    a = torch.randn(3, generator=gen, requires_grad=True)
+    unused = torch.randn(2, 2, generator=gen, requires_grad=True)
+    losses = torch.stack([a[0] ** 2, a.sum(), 3 * a[2]])
+    rows = per_task_grads(losses, [a, unused])
+    expected = torch.zeros(3, 7)
+    expected[0, 0] = 2 * a[0].detach()
+    expected[1, :3] = 1.0
+    expected[2, 2] = 3.0
+    assert torch.allclose(rows, expected)
+
+
+def test_fallback_to_k_passes_when_batched_backward_fails(gen, monkeypatch):
+    model, (x, y, scale) = mlp(), task_data(gen)
+    ref = reference_rows(model, x, y, scale)
+    real_grad = torch.autograd.grad
+
+    def no_batching(*args, **kwargs):
+        if kwargs.get("is_grads_batched"):
+            raise RuntimeError("Batching rule not implemented for aten::something")
+        return real_grad(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", no_batching)
+    rows = per_task_grads(stacked_losses(model, x, y, scale), model.parameters())
+    assert torch.allclose(rows, ref, atol=1e-12)
+
+
+def test_backward_plus_sgd_equals_manual_step(gen):
+    model, (x, y, scale) = mlp(), task_data(gen)
+    manual = mlp()
+    ref = reference_rows(manual, x, y, scale)
+    expected = [p.detach() - 0.1 * g for p, g in zip(manual.parameters(), unflatten(ref.mean(0), manual.parameters()))]
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt.zero_grad()
+    direction = morl.backward(stacked_losses(model, x, y, scale), model.parameters(), build("mean"))
+    opt.step()
+    assert torch.allclose(direction, ref.mean(0), atol=1e-12)
+    for p, e in zip(model.parameters(), expected):
+        assert torch.allclose(p.detach(), e, atol=1e-12)
+
+
+def test_backward_accumulates_and_takes_plain_callables(gen):
+    w = torch.randn(5, generator=gen, requires_grad=True)
+    w.grad = torch.ones(5)
+    losses = torch.stack([(w**2).sum(), w.sum()])
+    direction = morl.backward(losses, [w], lambda g: g.sum(0))
+    assert torch.allclose(direction, 2 * w.detach() + 1)
+    assert torch.allclose(w.grad, 2 * w.detach() + 2)
+
+
+@pytest.mark.parametrize("name", available() + ["moco+cagrad"])
+def test_backward_works_with_every_aggregator(gen, name):
+    model, (x, y, scale) = mlp(), task_data(gen)
+    agg, ref_agg = (build("moco", base="cagrad"), build("moco", base="cagrad")) if name == "moco+cagrad" else (build(name), build(name))
+    losses = stacked_losses(model, x, y, scale)
+    rows = reference_rows(model, x, y, scale)
+    direction = morl.backward(losses, model.parameters(), agg)
+    expected = ref_agg(rows, losses.detach())
+    # Iterative solvers (CAGrad, MGDA) amplify last-bit differences between the two gradient
+    # computations, hence a tolerance well above float64 rounding but far below the entries.
+    assert torch.isfinite(direction).all() and float(expected.abs().max()) > 1e-3
+    assert torch.allclose(direction, expected, atol=1e-7, rtol=1e-6)
+    assert torch.allclose(flatten(p.grad for p in model.parameters()), direction, atol=1e-15, rtol=0)
+
+
+def test_flatten_unflatten_write_grads_round_trip(gen):
+    params = [torch.randn(2, 3, generator=gen, requires_grad=True), torch.randn(4, generator=gen, requires_grad=True)]
+    flat = torch.arange(10.0)
+    parts = unflatten(flat, params)
+    assert [p.shape for p in parts] == [torch.Size([2, 3]), torch.Size([4])]
+    assert torch.equal(flatten(parts), flat)
+    write_grads(params, flat)
+    write_grads(params, flat)
+    assert torch.equal(flatten(p.grad for p in params), 2 * flat)
+    write_grads(params, flat, accumulate=False)
+    assert torch.equal(flatten(p.grad for p in params), flat)
+    with pytest.raises(ValueError, match="10 entries"):
+        unflatten(torch.zeros(9), params)
+
+
+def test_bad_inputs_raise_clear_errors(gen):
+    w = torch.randn(3, generator=gen, requires_grad=True)
+    with pytest.raises(ValueError, match="does not require grad"):
+        per_task_grads(torch.ones(2), [w])
+    with pytest.raises(ValueError, match="1-D"):
+        per_task_grads((w * w).reshape(3, 1), [w])
+    with pytest.raises(ValueError, match="empty"):
+        per_task_grads(w * 2, [])
+    with pytest.raises(ValueError, match="do not require grad"):
+        per_task_grads(w * 2, [w, torch.ones(2)])
+    params = {"w": w}
+    with pytest.raises(ValueError, match="same leading task dimension"):
+        batched_task_grads(lambda p, a, b: (p["w"] * a).sum() + b.sum(), params, torch.ones(2, 3), torch.ones(3, 3))
+    with pytest.raises(ValueError, match="both params and per_task_params"):
+        batched_task_grads(lambda p, a: (p["w"] * a).sum(), params, torch.ones(2, 3), per_task_params={"w": torch.ones(2, 3)})
+    with pytest.raises(ValueError, match="scalar per task"):
+        batched_task_grads(lambda p, a: p["w"] * a, params, torch.ones(2, 3))

@@ -1,0 +1,89 @@
+"""The RL config: every shipped config loads, overrides nest, bad input fails with one clear line."""
+
+from pathlib import Path
+
+import pytest
+
+from runners.errors import UserError
+from runners.rl_config import RLConfig, load_rl_config
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+MT10_CONFIGS = {
+    "mt10_mtsac.yaml": ("mean", False),
+    "mt10_mhsac.yaml": ("mean", True),
+    "mt10_pcgrad.yaml": ("pcgrad", False),
+    "mt10_cagrad.yaml": ("cagrad", False),
+    "mt10_moco.yaml": ("moco", False),
+    "mt10_cagrad_moco.yaml": ("moco", False),
+    "mt10_mgda.yaml": ("mgda", False),
+    "mt10_epo_al.yaml": ("epo_al", False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MT10_CONFIGS))
+def test_mt10_configs_carry_the_seed_recipe(name):
+    cfg = load_rl_config(CONFIGS / name)
+    aggregator, multi_head = MT10_CONFIGS[name]
+    assert cfg.env.name == "mt10" and cfg.env.protocol == "mtrl"
+    assert cfg.aggregator.name == aggregator and cfg.agent.multi_head is multi_head
+    a = cfg.agent
+    assert a.hidden_sizes == [400, 400, 400] and a.batch_size == 1280 and a.buffer_capacity == 1_000_000
+    assert (a.actor_lr, a.critic_lr, a.alpha_lr) == (3e-4, 3e-4, 3e-4)
+    assert (a.gamma, a.tau, a.init_temperature) == (0.99, 0.005, 1.0)
+    r = cfg.run
+    assert r.total_steps == 2_000_000 and r.eval_every == 10_000 and r.warmup_steps == 1500
+    assert r.updates_per_step == 1 and r.device == "auto" and r.name == Path(name).stem
+
+
+def test_cagrad_configs_use_c_0_9():
+    assert load_rl_config(CONFIGS / "mt10_cagrad.yaml").aggregator.options["c"] == 0.9
+    combo = load_rl_config(CONFIGS / "mt10_cagrad_moco.yaml").aggregator.options
+    assert combo["base"] == "cagrad" and combo["base_options"]["c"] == 0.9
+
+
+def test_quickstart_config_is_the_fast_env():
+    cfg = load_rl_config(CONFIGS / "quickstart_point_mass.yaml")
+    assert cfg.env.name == "point_mass" and cfg.run.total_steps <= 5000
+
+
+def test_nested_overrides_and_types():
+    cfg = load_rl_config(CONFIGS / "mt10_cagrad.yaml", ["agent.batch_size=256", "run.total_steps=2e3", "agent.actor_lr=1e-3",
+                                                        "aggregator.options.c=0.5", "run.name=mine", "agent.hidden_sizes=[64,64]"])
+    assert cfg.agent.batch_size == 256 and cfg.run.total_steps == 2000 and cfg.agent.actor_lr == 1e-3
+    assert cfg.aggregator.options == {"c": 0.5} and cfg.run.name == "mine" and cfg.agent.hidden_sizes == [64, 64]
+
+
+def test_defaults_without_a_file():
+    cfg = load_rl_config(None, ["env.name=point_mass"])
+    assert isinstance(cfg, RLConfig) and cfg.aggregator.name == "mean" and cfg.run.name == "run"
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["agent.batch_sise=3"], ["agent.batch_sise", "batch_size"]),
+        (["run.total_steps=many"], ["run.total_steps", "integer"]),
+        (["agent.multi_head=3"], ["agent.multi_head", "true or false"]),
+        (["aggregator.name=adam"], ["aggregator.name", "cagrad", "pcgrad"]),
+        (["aggregator.options.cc=1"], ["aggregator.options", "cc", "c"]),
+        (["env.name=mt11"], ["env.name", "mt10", "point_mass"]),
+        (["env.protocol=v2"], ["env.protocol", "metaworld_v3"]),
+        (["agent.aggregate=all"], ["agent.aggregate", "actor_trunk"]),
+        (["run.log_every=0"], ["run.log_every", ">= 1"]),
+        (["run.device=tpu"], ["tpu", "cpu"]),
+        (["agent.tau=2"], ["agent.tau"]),
+        (["nonsense=1"], ["nonsense", "agent", "run"]),
+    ],
+)
+def test_bad_values_name_the_key_and_what_is_allowed(overrides, words):
+    with pytest.raises(UserError) as exc:
+        load_rl_config(CONFIGS / "quickstart_point_mass.yaml", overrides)
+    message = str(exc.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message
+
+
+def test_missing_file():
+    with pytest.raises(UserError, match="does not exist"):
+        load_rl_config("configs/no_such_config.yaml")

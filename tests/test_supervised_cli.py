@@ -1,0 +1,133 @@
+"""``morl supervised``: a real run writes its files and learns, Δm against a baseline run,
+bitwise resume, and one-line errors that write nothing."""
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from morl.metrics import delta_m
+from runners import cli
+from runners import supervised as sup
+from runners.errors import UserError
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # These models are tiny: intra-op threads only add synchronisation (and on a loaded
+    # 2-core machine, heavy contention).
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def morl_supervised(*argv, capsys=None):
+    """What ``morl supervised ...`` does (runners.cli builds the parser the same way)."""
+    parser = argparse.ArgumentParser(prog="morl supervised")
+    sup.add_arguments(parser)
+    args = parser.parse_args(list(argv))
+    try:
+        return sup.main(args)
+    except UserError as exc:
+        print(f"morl: error: {exc}")
+        return 2
+
+
+def only_run(out: Path) -> Path:
+    (run,) = list(out.iterdir())
+    return run
+
+
+def test_registered_in_the_cli():
+    assert cli.SUBCOMMANDS["supervised"][0] == "runners.supervised"
+
+
+FAST = ["epochs=3", "eval_every=1", "checkpoint_every=1", "model.hidden=[32]", "optim.lr=0.005", "batch_size=64"]
+TINY = ["epochs=2", "eval_every=2", "checkpoint_every=2", "model.hidden=[16]", "batch_size=128"]
+
+
+def test_digits_run_writes_logs_checkpoint_and_learns(tmp_path, capsys):
+    rc = morl_supervised(str(CONFIGS / "supervised_digits_mean.yaml"), *FAST, f"out_dir={tmp_path}")
+    assert rc == 0
+    run = only_run(tmp_path)
+    assert (run / "config.yaml").is_file() and (run / "checkpoints" / "last.pt").is_file()
+    assert any((run / "tb").glob("events.out.tfevents.*"))
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [rec["epoch"] for rec in lines] == [1, 2, 3]
+    final = json.loads((run / "final_metrics.json").read_text())
+    assert final["test"]["digit/accuracy"] > 0.8 and final["test"]["parity/accuracy"] > 0.8
+    assert final["directions"] == {"digit/accuracy": True, "parity/accuracy": True, "large/accuracy": True}
+    assert "epoch    3/3" in capsys.readouterr().out
+
+
+def test_delta_m_against_a_baseline_run(tmp_path):
+    base_out, out = tmp_path / "base", tmp_path / "mgda"
+    assert morl_supervised(str(CONFIGS / "supervised_digits_mean.yaml"), *TINY, f"out_dir={base_out}") == 0
+    base = only_run(base_out)
+    assert morl_supervised(str(CONFIGS / "supervised_digits_mgda.yaml"), *TINY, f"out_dir={out}", f"baseline_run={base}") == 0
+    mine = json.loads((only_run(out) / "final_metrics.json").read_text())
+    ref = json.loads((base / "final_metrics.json").read_text())
+    assert mine["delta_m"] == pytest.approx(delta_m(mine["test"], ref["test"], mine["directions"]))
+    # The same config against itself: deterministic, so Δm is exactly 0.
+    again = tmp_path / "again"
+    assert morl_supervised(str(CONFIGS / "supervised_digits_mean.yaml"), *TINY, f"out_dir={again}", f"baseline_run={base}") == 0
+    assert json.loads((only_run(again) / "final_metrics.json").read_text())["delta_m"] == 0.0
+
+
+def test_resume_continues_bitwise_with_the_jogba_ordering(tmp_path):
+    cfg = str(CONFIGS / "supervised_digits_jogba.yaml")
+    common = ["eval_every=1", "checkpoint_every=1", "model.hidden=[16]", "batch_size=128", "aggregator.name=mean"]
+    assert morl_supervised(cfg, "epochs=4", *common, f"out_dir={tmp_path / 'full'}") == 0
+    assert morl_supervised(cfg, "epochs=2", *common, f"out_dir={tmp_path / 'cut'}") == 0
+    cut = only_run(tmp_path / "cut")
+    with open(cut / "metrics.jsonl", "a") as fh:  # logged by a run killed before its next checkpoint
+        fh.write(json.dumps({"step": 3, "epoch": 3}) + "\n")
+    assert morl_supervised("--resume", str(cut), "epochs=4") == 0
+    full = torch.load(only_run(tmp_path / "full") / "checkpoints" / "last.pt", weights_only=False)
+    resumed = torch.load(cut / "checkpoints" / "last.pt", weights_only=False)
+    assert resumed["epoch"] == 4
+    for key, value in full["adapter"]["model"].items():
+        assert torch.equal(value, resumed["adapter"]["model"][key]), key
+    assert torch.equal(full["ordering"]["orders"], resumed["ordering"]["orders"])
+    assert [json.loads(x)["epoch"] for x in (cut / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+
+
+def test_regression_config_learns(tmp_path):
+    rc = morl_supervised(str(CONFIGS / "supervised_regression_mgda.yaml"), "epochs=5", "batch_size=100", "eval_every=5", f"out_dir={tmp_path}")
+    assert rc == 0
+    final = json.loads((only_run(tmp_path) / "final_metrics.json").read_text())
+    # Targets have variance ~0.5 scale^2; a trained model explains most of it.
+    assert all(final["test"][f"y{k}/mse"] < 0.5 * s**2 for k, s in enumerate([1.0, 2.0, 0.5]))
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["supervised_digits_mean.yaml", "epoch=3"], "unknown config key 'epoch'"),
+        (["supervised_digits_mean.yaml", "epochs=three"], "epochs: expected an integer"),
+        (["missing.yaml"], "does not exist"),
+        (["supervised_digits_mean.yaml", "aggregator.name=nope"], "unknown aggregator 'nope'"),
+        (["supervised_digits_mean.yaml", "ordering.name=nope"], "unknown ordering 'nope'"),
+        (["supervised_digits_mean.yaml", "data.options={tasks: [colour]}"], "unknown digit task"),
+        (["supervised_digits_mean.yaml", "task_weights=[1, 2]"], "task_weights has 2 entries for 3 tasks"),
+        (["supervised_digits_mean.yaml", "baseline_run=/nonexistent"], "has no final_metrics.json"),
+        (["supervised_digits_mean.yaml", "baseline_metrics={digit/accuracy: 0.9}"], "lacks metric"),
+    ],
+)
+def test_bad_input_one_line_error_nothing_written(tmp_path, capsys, argv, message):
+    argv = [str(CONFIGS / argv[0])] + argv[1:]
+    rc = morl_supervised(*argv, f"out_dir={tmp_path / 'runs'}")
+    out = capsys.readouterr().out.strip().splitlines()
+    assert rc == 2
+    assert out[-1].startswith("morl: error:") and message in out[-1], out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_resume_rejects_learner_changes(tmp_path, capsys):
+    assert morl_supervised("--resume", str(tmp_path)) == 2
+    assert "is not a morl run directory" in capsys.readouterr().out
