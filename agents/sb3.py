@@ -18,6 +18,7 @@ task of a sample is read from the one-hot at the end of its observation, which e
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,6 +66,7 @@ class SB3VecEnv(VecEnv):
         infos: list[dict[str, Any]] = [{"success": float(s)} for s in info["success"]]
         for i in np.flatnonzero(done):
             infos[i].update(
+                task=int(self.env.task_ids[i]),
                 terminal_observation=info["final_obs"][i],
                 is_success=bool(info["episode_success"][i] > 0.5),
                 episode={"r": float(info["episode_return"][i]), "l": int(info["episode_length"][i]), "t": 0.0},
@@ -139,7 +141,9 @@ class MultiTaskSAC(SAC):
         if per_task and init_setup:
             target_entropy = [float(v) for v in np.asarray(target_entropy, np.float64).reshape(-1)]
             if len(target_entropy) != self.num_tasks:
-                raise ValueError(f"target_entropy has {len(target_entropy)} entries; give one float, 'auto' or {self.num_tasks} (one per task)")
+                raise ValueError(
+                    f"target_entropy has {len(target_entropy)} entries; give one float, 'auto' or {self.num_tasks} (one per task)"
+                )
         super().__init__(policy, env, target_entropy="auto" if per_task else target_entropy, **sac_kwargs)
         self.task_target_entropy = target_entropy
 
@@ -155,6 +159,7 @@ class MultiTaskSAC(SAC):
         if self.observation_space.shape[-1] <= k:
             raise ValueError(f"observations have {self.observation_space.shape[-1]} entries, too few to end with a {k}-task one-hot")
         self.aggregator = morl.aggregators.build(self.aggregator_name, **self.aggregator_options)
+        self.task_success_buffers = [deque(maxlen=self._stats_window_size) for _ in range(k)]
         self.aggregator_state = _AggregatorState(self.aggregator)
         if self.ent_coef_optimizer is not None:
             init = float(self.log_ent_coef.detach().exp()[0])
@@ -167,6 +172,19 @@ class MultiTaskSAC(SAC):
             value = self.target_entropy  # SAC resolved "auto" to -action_dim
         values = np.broadcast_to(np.asarray(value, np.float32), (self.num_tasks,))
         return th.as_tensor(values.copy(), device=self.device)
+
+    def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None:
+        super()._update_info_buffer(infos, dones)
+        for info in infos:
+            if "is_success" in info and "task" in info:
+                self.task_success_buffers[info["task"]].append(info["is_success"])
+
+    def dump_logs(self) -> None:
+        """SB3's logs plus ``rollout/success_rate/<task>`` (training episodes, last ``stats_window_size``)."""
+        for name, buffer in zip(self.task_names, self.task_success_buffers):
+            if buffer:
+                self.logger.record(f"rollout/success_rate/{name}", float(np.mean(buffer)))
+        super().dump_logs()
 
     def _excluded_save_params(self) -> list[str]:
         return super()._excluded_save_params() + ["aggregator", "aggregator_state"]
@@ -288,7 +306,9 @@ def _main(argv: list[str] | None = None) -> None:
     while model.num_timesteps < args.timesteps:
         model.learn(args.eval_every, reset_num_timesteps=False)
         res = evaluate_policy(evaluation, lambda o: model.predict(o, deterministic=True)[0], 10)
-        print(f"transitions {model.num_timesteps:6d}  cpu {time.process_time() - start:6.1f}s  success per task {res['success'].round(2)}  mean {res['success'].mean():.2f}", flush=True)
+        cpu = time.process_time() - start
+        line = f"transitions {model.num_timesteps:6d}  cpu {cpu:6.1f}s  success per task {res['success'].round(2)}"
+        print(f"{line}  mean {res['success'].mean():.2f}", flush=True)
     if args.time_updates:
         plain = SAC("MlpPolicy", SB3VecEnv(make_env("point_mass", seed=args.seed)), **small)
         plain.learn(400)

@@ -49,7 +49,9 @@ def make_env(
 
         if name.startswith("mt1:") and name[4:] not in mt1_task_names():
             raise ValueError(f"unknown Meta-World task {name[4:]!r} in {name!r}; valid tasks: {', '.join(mt1_task_names())}")
-        return MetaWorldVecEnv(name, seed=seed, protocol=protocol, max_episode_steps=max_episode_steps, envs_per_task=envs_per_task, eval=eval)
+        return MetaWorldVecEnv(
+            name, seed=seed, protocol=protocol, max_episode_steps=max_episode_steps, envs_per_task=envs_per_task, eval=eval
+        )
     raise ValueError(f"unknown env {name!r}; valid names: {', '.join(available_envs())}")
 
 

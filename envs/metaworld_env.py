@@ -107,7 +107,7 @@ class MetaWorldVecEnv(MultiTaskVecEnv):
         self._cycle_pos = np.zeros(self.num_envs, np.int64)
         self.goal_index = np.full(self.num_envs, -1, np.int64)  # goal of each sub-env's current episode
         if self.protocol == "mtrl":
-            for i, env in enumerate(self._envs):
+            for i in range(self.num_envs):
                 self._set_goal(i, int(self._fixed_goal[self.task_ids[i]]))
 
     def _set_goal(self, i: int, goal: int) -> None:

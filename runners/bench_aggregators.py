@@ -23,6 +23,7 @@ FULL_K = (2, 10, 50, 100)
 FULL_D = (10_000, 1_000_000)
 QUICK_K = (2, 10)
 QUICK_D = (10_000,)
+GRADS_ONLY = "grads-only"  # the [K, D] matrix alone, no aggregation or .grad write
 STRATEGIES = {
     "batched": "(a) batched_task_grads (torch.func.vmap)",
     "jacobian": "(b) per_task_grads (is_grads_batched)",
@@ -120,7 +121,6 @@ def time_aggregators(device: torch.device, ks, ds, repeats: int) -> list[dict]:
                 agg = build(name, **options)
                 ms = _timed(lambda: agg(grads, losses), device, repeats)
                 rows.append({"method": label, "K": k, "D": d, "ms": ms})
-            del grads
     return rows
 
 
@@ -169,7 +169,7 @@ def time_actor_gradients(device: torch.device, repeats: int, aggregators=None, k
     """Ratios of per-task-gradient strategies (+ aggregation) to one plain backward of the mean loss."""
     from torch.func import functional_call
 
-    from morl.aggregators import available, build
+    from morl.aggregators import build
     from morl.gradients import batched_task_grads, per_task_grads, write_grads
 
     gen = torch.Generator().manual_seed(1)
@@ -191,6 +191,8 @@ def time_actor_gradients(device: torch.device, repeats: int, aggregators=None, k
         return _sample_losses(functional_call(actor, p, (o,)), e, o, c).mean()
 
     def strategy(kind: str, agg):
+        """One update's gradient work; ``agg=None`` stops after the [K, D] matrix (gradients only)."""
+
         def step():
             actor.zero_grad(set_to_none=True)
             if kind == "batched":
@@ -198,17 +200,19 @@ def time_actor_gradients(device: torch.device, repeats: int, aggregators=None, k
             else:
                 losses = task_losses()
                 grads = per_task_grads(losses, params.values(), batched=(kind == "jacobian"))
-            write_grads(params.values(), agg(grads, losses.detach()))
+            if agg is not None:
+                write_grads(params.values(), agg(grads, losses.detach()))
 
         return step
 
-    names = list(aggregators) if aggregators else [m[0] for m in _methods()]
+    names = [GRADS_ONLY] + (list(aggregators) if aggregators else [m[0] for m in _methods()])
     options = {label: (name, opts) for label, name, opts in _methods()}
     rows = []
     for kind in STRATEGIES:
         for label in names:
             name, opts = options.get(label, (label, {}))
-            ms, base_ms, ratio = _timed_against(strategy(kind, build(name, **opts)), plain, device, repeats)
+            agg = None if label == GRADS_ONLY else build(name, **opts)
+            ms, base_ms, ratio = _timed_against(strategy(kind, agg), plain, device, repeats)
             rows.append({"strategy": kind, "aggregator": label, "ms": ms, "plain_ms": base_ms, "ratio": ratio})
     n_params = sum(p.numel() for p in params.values())
     base = statistics.median(r["plain_ms"] for r in rows)

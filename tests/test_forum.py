@@ -94,8 +94,8 @@ def test_barrier_identity(gen):
         for _ in range(20):
             upper, gq = _random_case(gen, m, 6, spread=1.0)
             out = forum_direction(upper, gq, 0.5)
-            inner = -(gq @ out.descent)  # ⟨∇q̃, d⟩ with d = −descent
-            target = -0.5 * (gq @ gq)
+            inner = -(gq @ out.descent).item()  # ⟨∇q̃, d⟩ with d = −descent
+            target = -0.5 * (gq @ gq).item()
             if out.nu > 0:
                 assert inner == pytest.approx(target, rel=1e-9, abs=1e-12)
             else:

@@ -37,7 +37,7 @@ def test_vecenv_adapter_reports_sb3_episode_keys():
         assert info["TimeLimit.truncated"] is True and info["episode"]["l"] == 3
         # 3 full-speed steps along (1, 1) move by 0.6 per axis: about 0.72 from every goal.
         np.testing.assert_allclose(info["terminal_observation"][:2], start[i, :2] + 0.6, atol=1e-6)
-        assert info["is_success"] is False
+        assert info["is_success"] is False and info["task"] == i
         assert np.abs(obs[i, :2]).max() <= env.init_noise  # obs is already the next episode's start
     with pytest.raises(ValueError, match="MultiTaskVecEnv"):
         SB3VecEnv(object())
@@ -101,15 +101,32 @@ def test_learns_point_mass_logs_tensorboard_and_round_trips(tmp_path):
     for name in env.task_names:
         assert {f"train/alpha/{name}", f"train/actor_loss/{name}", f"train/agg_weight/{name}"} <= tags
     assert "rollout/success_rate" in tags
+    assert {f"rollout/success_rate/{name}" for name in env.task_names} <= tags
 
     path = tmp_path / "model.zip"
     model.save(path)
     loaded = MultiTaskSAC.load(path, env=make_env("point_mass", seed=0))
     torch.testing.assert_close(loaded.log_ent_coef, model.log_ent_coef)
-    assert loaded.aggregator_name == "cagrad" and loaded.num_tasks == 4
-    for key, value in model.aggregator.state_dict().items():
-        if isinstance(value, torch.Tensor):
-            torch.testing.assert_close(loaded.aggregator.state_dict()[key], value)
+    assert loaded.aggregator_name == "cagrad" and loaded.aggregator_options == {"c": 0.5} and loaded.num_tasks == 4
     obs = evaluation.reset()[0]
     np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], model.predict(obs, deterministic=True)[0])
     loaded.learn(300)  # and it keeps training
+
+
+def test_save_load_keeps_the_aggregator_state_and_per_task_entropy(tmp_path):
+    env = make_env("point_mass", seed=0)
+    model = MultiTaskSAC("MlpPolicy", env, aggregator="moco", seed=0, target_entropy=[-2, -1, -2, -1], **SMALL)
+    np.testing.assert_array_equal(model._target_entropy_tensor().numpy(), [-2, -1, -2, -1])
+    model.learn(300)
+    state = model.aggregator.state_dict()
+    assert int(state["k"]) > 0  # MoCo has tracked some steps
+    model.save(tmp_path / "moco.zip")
+    loaded = MultiTaskSAC.load(tmp_path / "moco.zip", env=make_env("point_mass", seed=0))
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor):
+            torch.testing.assert_close(loaded.aggregator.state_dict()[key], value)
+        else:
+            assert loaded.aggregator.state_dict()[key] == value
+    np.testing.assert_array_equal(loaded._target_entropy_tensor().numpy(), [-2, -1, -2, -1])
+    with pytest.raises(ValueError, match="one per task"):
+        MultiTaskSAC("MlpPolicy", env, aggregator="mean", target_entropy=[-1.0, -2.0])

@@ -128,6 +128,9 @@ def test_bad_input_one_line_error_nothing_written(tmp_path, capsys, argv, messag
     assert not (tmp_path / "runs").exists()
 
 
-def test_resume_rejects_learner_changes(tmp_path, capsys):
+def test_resume_needs_a_run_directory_and_keeps_the_learner(tmp_path, capsys):
     assert morl_supervised("--resume", str(tmp_path)) == 2
     assert "is not a morl run directory" in capsys.readouterr().out
+    (tmp_path / "config.yaml").write_text("epochs: 2\n")
+    assert morl_supervised("--resume", str(tmp_path), "aggregator.name=mgda") == 2
+    assert "only epochs, eval_every, checkpoint_every may be overridden" in capsys.readouterr().out

@@ -30,7 +30,7 @@ class Aggregator:
     * ``"raise"`` (default): a ``ValueError`` naming the first bad objective. This reads one
       boolean back from the device, i.e. one host synchronisation per call.
     * ``"skip"``: no synchronisation. The returned direction is all zeros whenever any input
-      entry is non-finite (so the optimizer step does nothing) and ``nonfinite_steps``, a
+      entry (or the result) is non-finite (so the optimizer step does nothing) and ``nonfinite_steps``, a
       device tensor, counts such calls; read it at logging time.
     * ``"off"``: no check at all (caller guarantees finite input).
     """
@@ -54,10 +54,11 @@ class Aggregator:
             ok = _finite_rows(grads).all()
             if losses is not None:
                 ok = ok & torch.isfinite(losses).all()
-            safe_grads = torch.where(ok, grads, torch.zeros_like(grads))
-            safe_losses = None if losses is None else torch.where(ok, losses, torch.ones_like(losses))
-            direction = self.aggregate(safe_grads, safe_losses)
-            direction = torch.where(ok & torch.isfinite(direction).all(), direction, torch.zeros_like(direction))
+            # The [K, D] input is not copied or sanitised (that costs as much as the method on
+            # large D): the [D] output is zeroed instead, and stateful methods (MoCo, EPO-AL)
+            # keep their state unchanged on such a call.
+            direction = self.aggregate(grads, losses)
+            direction = torch.where(ok & torch.isfinite(direction).all(), direction, torch.zeros((), dtype=direction.dtype, device=direction.device))
             bad = (~ok).to(torch.int64)
             self.nonfinite_steps = bad if self.nonfinite_steps is None else self.nonfinite_steps + bad
             return direction

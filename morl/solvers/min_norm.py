@@ -18,6 +18,46 @@ from morl.solvers.simplex_descent import fw_gap, minimize_on_simplex
 
 #: The reference code's denominator guard, here relative to the (normalised) Gramian.
 EPS_2 = 1e-8
+#: Up to this K the min-norm problem is solved exactly by enumerating supports (2^K − 1
+#: small linear systems in one batched solve): ~1 ms instead of tens of FISTA iterations
+#: of small kernels each. Above it the batch grows as 2^K and the iterative solver wins.
+EXACT_MAX_K = 10
+#: Ridge added to each support's system so colinear or identical gradients stay solvable.
+RIDGE = 1e-12
+
+
+def _supports(k: int, device: torch.device) -> torch.Tensor:
+    """All 2^k − 1 non-empty supports as a float64 mask matrix ``[S, k]``."""
+    idx = torch.arange(1, 2**k, device=device)
+    return ((idx.unsqueeze(-1) >> torch.arange(k, device=device)) & 1).to(torch.float64)
+
+
+def min_norm_exact(gram: torch.Tensor) -> torch.Tensor:
+    """Exact min-norm weights by support enumeration (use for small K; no iteration, no sync).
+
+    For every support S the equality-constrained problem min ½λᵀGλ, 1ᵀλ = 1, λ_i = 0 (i ∉ S)
+    gives λ_S ∝ G_SS⁻¹1. The optimum's own support yields the optimum, every other feasible
+    candidate is a feasible point, so the feasible candidate of least objective is optimal.
+    """
+    k = gram.shape[-1]
+    g = gram.to(torch.float64)
+    g = g / gram_scale(g)
+    m = _supports(k, g.device)  # [S, K]
+    eye = torch.eye(k, dtype=g.dtype, device=g.device)
+    g_ = (g + RIDGE * eye).unsqueeze(-3)  # [..., 1, K, K]
+    a = m[:, :, None] * g_ * m[:, None, :] + torch.diag_embed(1 - m)  # [..., S, K, K]
+    x = torch.linalg.solve(a, m.expand(a.shape[:-1]))  # [..., S, K]
+    total = x.sum(-1, keepdim=True)
+    lam = x / torch.where(total.abs() > 0, total, torch.ones_like(total))
+    feasible = (lam >= -1e-12).all(-1) & (total.squeeze(-1) > 0)
+    obj = ((lam.unsqueeze(-2) @ g.unsqueeze(-3)).squeeze(-2) * lam).sum(-1)  # [..., S]
+    obj = torch.where(feasible, obj, torch.full_like(obj, float("inf")))
+    # Degenerate (rank-deficient) Gramians have many optimal supports: take the first one
+    # within rounding of the optimum so the weights do not flip with the gradients' scale.
+    tied = obj <= obj.amin(-1, keepdim=True) + 1e-10
+    best = tied.to(torch.int8).argmax(-1, keepdim=True)  # first tied support, [..., 1]
+    out = torch.gather(lam, -2, best.unsqueeze(-1).expand(*best.shape, k)).squeeze(-2).clamp_min(0)
+    return out / out.sum(-1, keepdim=True)
 
 
 def min_norm_2(gram: torch.Tensor, eps: float = EPS_2) -> torch.Tensor:
@@ -46,7 +86,8 @@ def min_norm(
     """Weights λ ∈ Δ_K minimising ½‖Σ λ_k g_k‖² + (ρ/2)‖λ‖² given ``gram`` = [g_i·g_j].
 
     ``rho`` is in the units of ``gram`` (MoCo's regulariser; 0 gives MGDA). K = 1 returns 1,
-    K = 2 the closed form, K > 2 iterates from ``init`` (default uniform) until the
+    K = 2 the closed form, 2 < K ≤ ``EXACT_MAX_K`` (without ``init``) the exact support
+    enumeration, larger K iterates from ``init`` (default uniform) until the
     Frank–Wolfe gap of the normalised problem is below ``tol`` or ``max_iter`` is reached.
     """
     k = gram.shape[-1]
@@ -57,6 +98,8 @@ def min_norm(
         return torch.ones(gram.shape[:-1], dtype=gram.dtype, device=gram.device)
     if k == 2:
         return min_norm_2(work).to(gram.dtype)
+    if k <= EXACT_MAX_K and init is None:
+        return min_norm_exact(work).to(gram.dtype)
     work = work / gram_scale(work)
     x0 = torch.full(work.shape[:-1], 1.0 / k, dtype=work.dtype, device=work.device) if init is None else init.to(work)
 
