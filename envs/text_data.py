@@ -110,6 +110,8 @@ def _read_rows(path: Path) -> list[dict]:
 
 
 def _read_split(path: str) -> tuple[list[str], list[str]]:
+    if not isinstance(path, str):
+        raise ValueError(f"data file options (train/val/test) must be file paths, got {path!r}")
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"data file {path!r} does not exist")

@@ -185,7 +185,7 @@ def test_eq24_reaches_optimal_set(alpha0, omega0):
     """μ = 0.3, η = 0.05, T = 50, ρ = 0.3, β_k = (k+1)^(−3/4): ℰ < 1e-3 (spec §6.3 Test S), q and 𝒦 → 0."""
     dist, q, kkt, c = _run_eq24(alpha0, omega0, rho=0.3, iterations=100)
     assert dist < 1e-3 and q < 1e-6 and kkt < 1e-6
-    assert 1.0 <= c <= 2.0
+    assert 1.0 - 1e-3 <= c <= 2.0 + 1e-3  # α = ω_1 = ω_2 = c with c ∈ [1, 2] (approached from outside)
 
 
 @pytest.mark.parametrize("alpha0,omega0", FIG2_INITS)

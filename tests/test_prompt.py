@@ -190,7 +190,7 @@ def test_cli_trains_with_the_packaged_minilm(tmp_path):
 
 @pytest.mark.parametrize("override,match", [
     ("encoder=/no/such/model", "encoder '/no/such/model' is not a local folder"),
-    ("data.name=file", "needs options.train"),
+    ("data.name=file", "must be file paths, got 240"),
     ("data.options={train: /no/such.jsonl}", "does not exist"),
     ("method=adam", "method"),
     ("batch_size=100000", "exceeds"),
