@@ -8,7 +8,9 @@ Part 2 (updates/s, update only): N gradient updates on a buffer filled with the 
 transitions, our MT-SAC (mean) against stable-baselines3's ``SAC`` with the same network sizes
 (3 x 400) and batch (1280). Target: ours >= 1.5x SB3 per update.
 
-Both parts run in one process on one device with the same settings; figures go to
+Both parts run in one process on one device with the same settings. The compared runs take
+turns call by call, and the figures are medians (ratios: medians of per-pair ratios), so a
+machine whose speed drifts during the benchmark biases none of them. Figures go to
 docs/benchmarks.md with the command and machine.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import time
 from typing import Any
 
@@ -93,46 +96,55 @@ def _fill(env, replay, steps: int, rng: np.random.Generator, sb3_buffer=None) ->
         obs = next_obs
 
 
-def loop_throughput(cfg, env, replay, aggregators: dict[str, dict], loop_steps: int, warmup: int, rounds: int = 4) -> dict[str, dict]:
-    """Transitions/s of the full training iteration for each aggregator.
+def _interleaved(fns: dict[str, Any], repeats: int, device: torch.device) -> dict[str, list[float]]:
+    """Seconds of each call of each function, the functions taking turns call by call (ABBA
+    order), so that on a machine whose speed drifts (other load, clocks) every function sees
+    the same conditions; medians and per-pair ratios of these are robust to load spikes."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for i in range(repeats):
+        for name in names if i % 2 == 0 else names[::-1]:
+            _sync(device)
+            t0 = time.perf_counter()
+            fns[name]()
+            _sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return times
 
-    The aggregators take turns in ``rounds`` chunks of iterations (round-robin), so a machine
-    whose speed drifts during the benchmark (other load, clocks) biases none of them.
-    """
+
+def loop_throughput(cfg, env, replay, aggregators: dict[str, dict], loop_steps: int, warmup: int) -> dict[str, dict]:
+    """Transitions/s of the full training iteration (median iteration) for each aggregator, and
+    its ratio to ``mean`` (median over interleaved pairs of iterations)."""
     from runners.rl_loop import iterate
     from runners.rl_metrics import AggregationTimer, SectionTimer
 
     sessions = {name: _session(cfg, env, replay, name, options) for name, options in aggregators.items()}
     timers = {name: (SectionTimer(), AggregationTimer(s.aggregator, s.device)) for name, s in sessions.items()}
-    seconds = dict.fromkeys(sessions, 0.0)
-    chunks = [len(r) for r in np.array_split(np.arange(loop_steps), max(1, min(rounds, loop_steps)))]
-    for name, s in sessions.items():
-        s.obs = env.observations()  # the sessions share the env: continue from its current state
-        for _ in range(warmup):
+
+    def step(name: str):
+        def fn() -> None:
+            s = sessions[name]
+            s.obs = env.observations()  # the sessions share the env: continue from its current state
             iterate(s, *timers[name])
-        timers[name][0].reset()
-        timers[name][1].reset()
-    for chunk in chunks:
-        for name, s in sessions.items():
-            s.obs = env.observations()
-            _sync(s.device)
-            t0 = time.perf_counter()
-            for _ in range(chunk):
-                iterate(s, *timers[name])
-            _sync(s.device)
-            seconds[name] += time.perf_counter() - t0
+        return fn
+
+    fns = {name: step(name) for name in sessions}
+    device = next(iter(sessions.values())).device
+    _interleaved(fns, warmup, device)
+    for timer, agg_timer in timers.values():
+        timer.reset()
+        agg_timer.reset()
+    times = _interleaved(fns, loop_steps, device)
     rows = {}
-    for name in sessions:
+    for name, t in times.items():
         timer, agg_timer = timers[name]
         rows[name] = {
-            "transitions_per_s": loop_steps * env.num_envs / seconds[name],
-            "ms_per_iteration": seconds[name] / loop_steps * 1e3,
+            "transitions_per_s": env.num_envs / statistics.median(t),
+            "ms_per_iteration": statistics.median(t) * 1e3,
             "env_ms_per_iteration": timer.seconds.get("env", 0.0) / loop_steps * 1e3,
             "aggregation_ms": agg_timer.per_call() * 1e3 if agg_timer.calls else None,
+            "ratio_to_mean": statistics.median(a / b for a, b in zip(times["mean"], t)) if "mean" in times else None,
         }
-    base = rows["mean"]["transitions_per_s"] if "mean" in rows else None
-    for row in rows.values():
-        row["ratio_to_mean"] = row["transitions_per_s"] / base if base else None
     return rows
 
 
@@ -149,32 +161,25 @@ def sb3_model(env, hidden: list[int], batch: int, device: torch.device):
     return model
 
 
-def update_throughput(cfg, env, replay, sb3, updates: int, warmup: int, rounds: int = 4) -> dict[str, float]:
-    """Updates/s on a filled buffer: our MT-SAC (mean) and SB3's SAC, alternating in ``rounds`` chunks."""
+def update_throughput(cfg, env, replay, sb3, updates: int, warmup: int) -> dict[str, float]:
+    """Updates/s on a filled buffer (median update): our MT-SAC (mean) and SB3's SAC, interleaved."""
     s = _session(cfg, env, replay, "mean", {})
-    done = 0
+    count = iter(range(10**9))
 
-    def ours(n: int) -> None:
-        nonlocal done
-        for _ in range(n):
-            s.agent.update(s.replay.sample(s.per_task_batch, s.sample_gen), done)
-            done += 1
+    def ours() -> None:
+        s.agent.update(s.replay.sample(s.per_task_batch, s.sample_gen), next(count))
 
-    def theirs(n: int) -> None:
-        sb3.train(gradient_steps=n, batch_size=cfg.agent.batch_size)
+    def theirs() -> None:
+        sb3.train(gradient_steps=1, batch_size=cfg.agent.batch_size)
 
-    seconds = {"ours": 0.0, "sb3": 0.0}
-    ours(warmup)
-    theirs(warmup)
-    for chunk in [len(r) for r in np.array_split(np.arange(updates), max(1, min(rounds, updates)))]:
-        for name, fn in (("ours", ours), ("sb3", theirs)):
-            _sync(s.device)
-            t0 = time.perf_counter()
-            fn(chunk)
-            _sync(s.device)
-            seconds[name] += time.perf_counter() - t0
-    return {"ours_updates_per_s": updates / seconds["ours"], "sb3_updates_per_s": updates / seconds["sb3"],
-            "ours_vs_sb3": seconds["sb3"] / seconds["ours"]}
+    fns = {"ours": ours, "sb3": theirs}
+    _interleaved(fns, warmup, s.device)
+    t = _interleaved(fns, updates, s.device)
+    return {
+        "ours_updates_per_s": 1.0 / statistics.median(t["ours"]),
+        "sb3_updates_per_s": 1.0 / statistics.median(t["sb3"]),
+        "ours_vs_sb3": statistics.median(b / a for a, b in zip(t["ours"], t["sb3"])),
+    }
 
 
 def measure(env_name: str = "mt10", *, device: torch.device, hidden: list[int] | None = None, batch: int = 1280,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 from tqdm import tqdm
 
@@ -14,6 +15,7 @@ class Progress:
         disable = (not sys.stderr.isatty()) if enabled is None else not enabled
         self.bar = tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True, disable=disable, smoothing=0.05)
         self.fields: dict[str, str] = {}
+        self.total, self.initial, self.start = total, initial, time.monotonic()
 
     def advance(self, n: int = 1) -> None:
         self.bar.update(n)
@@ -23,6 +25,16 @@ class Progress:
         for key, value in fields.items():
             self.fields[key] = f"{value:.3g}" if isinstance(value, float) else str(value)
         self.bar.set_postfix(self.fields, refresh=False)
+
+    def heartbeat(self, step: int) -> None:
+        """Off a terminal (nohup, CI, a log file) print one plain status line instead of a bar."""
+        if not self.bar.disable:
+            return
+        done = step - self.initial
+        elapsed = time.monotonic() - self.start
+        eta = elapsed / done * (self.total - step) if done > 0 else float("nan")
+        fields = " ".join(f"{k}={v}" for k, v in self.fields.items())
+        print(f"step {step}/{self.total} elapsed {elapsed / 60:.1f} min eta {eta / 3600:.1f} h {fields}", file=sys.stderr, flush=True)
 
     def message(self, text: str) -> None:
         """A line above the bar (also printed when the bar is hidden)."""

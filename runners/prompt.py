@@ -91,7 +91,7 @@ def build(cfg, data, encoder, device):
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     encoder.to(device)
-    mixture = PromptMixture(encoder, cfg.prompts.num, cfg.prompts.length, data.num_classes, gen)
+    mixture = PromptMixture(encoder, cfg.prompts.num, cfg.prompts.length, data.num_classes, gen, cfg.prompts.shared_head)
     opt = torch.optim.Adam(mixture.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     most = None
     if cfg.method == "most":

@@ -16,6 +16,7 @@ class TextDataConfig:
 class PromptsConfig:
     num: int = 3  # m soft prompts (solutions)
     length: int = 4  # k virtual tokens per prompt
+    shared_head: bool = False  # one classification head for all prompts (else one head per prompt)
 
 
 @dataclass

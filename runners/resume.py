@@ -1,18 +1,36 @@
-"""``morl resume RUN_DIR [run.key=value ...]``: continue a run from ``checkpoints/last.pt``."""
+"""``morl resume RUN_DIR [key=value ...]``: continue a run from ``checkpoints/last.pt``.
+
+Works for the RL runs of ``morl train`` and the supervised runs of ``morl supervised``; the
+kind is read from the run's own ``config.yaml``.
+"""
 
 from __future__ import annotations
 
+import argparse
+
 
 def add_arguments(parser) -> None:
-    parser.add_argument("run_dir", help="a run directory written by `morl train`")
+    parser.add_argument("run_dir", help="a run directory written by `morl train` or `morl supervised`")
     parser.add_argument(
-        "overrides", nargs="*", metavar="run.key=value",
-        help="change run settings that do not alter the learner, e.g. run.total_steps=3000000 run.device=cuda",
+        "overrides", nargs="*", metavar="key=value",
+        help="change settings that do not alter the learner, e.g. run.total_steps=3000000 run.device=cuda (RL) or epochs=60 (supervised)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
+def _is_supervised(run_dir) -> bool:
+    from runners.config import read_yaml
+    from runners.run_dir import CONFIG_FILE, existing_run_dir
+
+    cfg = read_yaml(existing_run_dir(run_dir) / CONFIG_FILE)
+    return "data" in cfg and "epochs" in cfg
+
+
 def main(args) -> int:
+    if _is_supervised(args.run_dir):
+        from runners import supervised
+
+        return supervised.main(argparse.Namespace(config=None, overrides=args.overrides, resume=args.run_dir))
     from runners.rl_runs import resume_run
 
     resume_run(args.run_dir, args.overrides, progress=False if args.no_progress else None)

@@ -87,6 +87,7 @@ def train(s: Session, run_dir: Path, logger, progress: bool | None = None) -> di
             if s.step % run.log_every == 0 or s.step == run.total_steps:
                 record = write_log(logger, s.step, s.task_names, s.stats, timer, agg_timer)
                 bar.show(tps=record["perf/transitions_per_s"])
+                bar.heartbeat(s.step)
                 s.stats.reset_interval()
                 timer.reset()
                 agg_timer.reset()

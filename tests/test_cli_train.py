@@ -17,15 +17,6 @@ TINY = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny networks: a second intra-op thread only adds synchronisation overhead.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _one_error_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("morl: error: "), err

@@ -50,9 +50,9 @@ def test_qp11_matches_cvxpy(gen, m):
 
 def test_qp11_equals_grid_search_of_eq10(gen):
     """For m = 2, λ from QP (11) (closed form and interior point) is the argmin of Eq. (10) on a fine grid."""
-    t = torch.linspace(0, 1, 200001, dtype=torch.float64)
+    t = torch.linspace(0, 1, 20001, dtype=torch.float64)
     grid = torch.stack([t, 1 - t], 1)
-    for _ in range(40):
+    for _ in range(20):
         upper, gq = _random_case(gen, 2, 7, spread=1.0)
         rho = [0.1, 0.5, 0.9][int(torch.randint(3, (1,), generator=gen))]
         best = grid[_qp11_value(upper, gq, rho, grid).argmin()]
@@ -182,9 +182,12 @@ def _run_eq24(alpha0, omega0, rho, iterations):
 
 @pytest.mark.parametrize("alpha0,omega0", FIG2_INITS)
 def test_eq24_reaches_optimal_set(alpha0, omega0):
-    """μ = 0.3, η = 0.05, T = 50, ρ = 0.3, β_k = (k+1)^(−3/4): ℰ < 1e-3 (spec §6.3 Test S), q and 𝒦 → 0."""
-    dist, q, kkt, c = _run_eq24(alpha0, omega0, rho=0.3, iterations=100)
-    assert dist < 1e-3 and q < 1e-6 and kkt < 1e-6
+    """μ = 0.3, η = 0.05, T = 50, ρ = 0.3, β_k = (k+1)^(−3/4), K = 300 (spec §6.3 Test S): ℰ, q and 𝒦 → 0.
+
+    The spec's pass mark is ℰ < 1e-3; the exact λ QP gets far below it (measured ℰ ≤ 1.3e-10).
+    """
+    dist, q, kkt, c = _run_eq24(alpha0, omega0, rho=0.3, iterations=300)
+    assert dist < 1e-6 and q < 1e-12 and kkt < 1e-12
     assert 1.0 - 1e-3 <= c <= 2.0 + 1e-3  # α = ω_1 = ω_2 = c with c ∈ [1, 2] (approached from outside)
 
 
@@ -193,13 +196,6 @@ def test_eq24_without_barrier_stalls_infeasible(alpha0, omega0):
     """ρ = 0 only asks ⟨∇q̃, d⟩ ≤ 0: the iterates stall at infeasible points (spec §6.3 negative control)."""
     dist, q, _, _ = _run_eq24(alpha0, omega0, rho=0.0, iterations=40)
     assert dist > 0.3 and q > 0.05
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("alpha0,omega0", FIG2_INITS)
-def test_eq24_full_run(alpha0, omega0):
-    dist, q, kkt, _ = _run_eq24(alpha0, omega0, rho=0.3, iterations=300)
-    assert dist < 1e-6 and q < 1e-12 and kkt < 1e-12
 
 
 # -- bilevel quadratics with known solutions ------------------------------------------------------
@@ -218,11 +214,11 @@ def test_single_objective_quadratic_bias_scales_with_step():
     pb = BilevelQuadratic.random(3, 4, generator=torch.Generator().manual_seed(0))
     alpha_star, _ = pb.solution()
     errors = []
-    for mu in (0.04, 0.02):
-        a, w = _run_quadratic(pb, 3, 4, mu, iterations=int(12 / mu), T=20)
+    for mu in (0.08, 0.04):
+        a, w = _run_quadratic(pb, 3, 4, mu, iterations=int(12 / mu), T=10)
         errors.append((a - alpha_star).norm().item())
-        assert (w - pb.A @ a).norm() < 0.2
-    assert errors[1] < 0.05
+        assert (w - pb.A @ a).norm() < 5 * mu  # the LL gap is O(μ) too
+    assert errors[1] < 0.06
     assert 0.35 <= errors[1] / errors[0] <= 0.65, errors
 
 
@@ -230,7 +226,7 @@ def test_three_objective_quadratic_reaches_pareto_set():
     """F_i = ½‖ω − b_i‖², f = ½‖ω − α‖²: FORUM ends at α = ω inside conv{b_i} (spec §6.3 Test B)."""
     gen = torch.Generator().manual_seed(1)
     pb = ParetoQuadratic(torch.randn(3, 5, generator=gen, dtype=torch.float64))
-    a, w = _run_quadratic(pb, 5, 5, mu=0.1, iterations=400, T=30)
+    a, w = _run_quadratic(pb, 5, 5, mu=0.1, iterations=200, T=15)
     assert (a - w).norm() < 1e-3
     assert pb.hull_distance(w) < 1e-3
 
@@ -275,10 +271,11 @@ def test_hypercleaning_beats_plain_training_on_noisy_labels():
     data = make_hypercleaning_data(m=2, noise=0.5, seed=0)
     assert abs(torch.cat(data.clean).double().mean().item() - 0.5) < 0.01
     cleaner = HyperCleaner(data, hidden=(64,), inner_steps=8, alpha_lr=100.0, seed=0)
-    for _ in range(120):
+    for _ in range(200):
         cleaner.step()
     forum_acc = evaluate(cleaner.model, data.test)["accuracy"].mean().item()
-    _, plain = train_plain(data, steps=120, hidden=(64,), eval_every=20, seed=0)
+    # The baseline gets more steps and the best of 15 val-2 checkpoints; FORUM gets its last iterate.
+    _, plain = train_plain(data, steps=300, hidden=(64,), eval_every=20, seed=0)
     weights = cleaner.weight_stats()
     assert weights["weight_clean"] > weights["weight_corrupted"] + 0.1
     assert forum_acc > plain["accuracy"].mean().item() + 2.0, (forum_acc, plain["accuracy"])

@@ -95,9 +95,11 @@ def test_batched_forward_equals_one_prompt_at_a_time(tiny):
     assert feats.shape == (3, 2, enc.config.hidden_size)
 
 
-def test_head_gramian_matches_autograd(tiny):
+@pytest.mark.parametrize("shared", [False, True])
+def test_head_gramian_matches_autograd(tiny, shared):
     enc, tok = tiny
-    mix = PromptMixture(enc, 2, 3, 3, torch.Generator().manual_seed(1))
+    mix = PromptMixture(enc, 2, 3, 3, torch.Generator().manual_seed(1), shared_head=shared)
+    assert mix.head_weight.shape[0] == (1 if shared else 2)
     ids, mask = tokenize(tok, [f"text {w} here" for w in ("one", "two", "three", "four", "five")], 16)
     y = torch.tensor([0, 1, 2, 1, 0])
     logits, feats = mix(ids, mask)
@@ -107,7 +109,8 @@ def test_head_gramian_matches_autograd(tiny):
         rows = []
         for i in range(5):
             gw, gb = torch.autograd.grad(losses[j, i], [mix.head_weight, mix.head_bias], retain_graph=True)
-            rows.append(torch.cat([gw[j].flatten(), gb[j]]))
+            h = 0 if shared else j
+            rows.append(torch.cat([gw[h].flatten(), gb[h]]))
         jac = torch.stack(rows)
         torch.testing.assert_close(gram[j], jac @ jac.T, rtol=1e-4, atol=1e-6)
 
@@ -201,3 +204,23 @@ def test_bad_input_gives_one_line_error_and_writes_nothing(tmp_path, capsys, ove
     out = capsys.readouterr().out.strip()
     assert rc == 2 and match in out and len(out.splitlines()) == 1
     assert not any(tmp_path.iterdir())
+
+
+def test_most_prompts_specialise_on_their_assigned_instances(tiny):
+    enc, tok = tiny
+    data = generate_domain_flip(train=64, val=8, test=8, seed=1)
+    ids, mask = tokenize(tok, data.texts["train"][:30], 32)
+    y = torch.tensor(data.labels["train"][:30])
+    mix = PromptMixture(enc, 3, 4, 2, torch.Generator().manual_seed(0))
+    trainer = MixtureTrainer(mix, "most", torch.optim.Adam(mix.parameters(), lr=0.05), MosT(3, warm_start=False))
+    first = trainer.step(ids, mask, y)
+    for _ in range(14):
+        out = trainer.step(ids, mask, y)
+    owned = torch.nn.functional.one_hot(out["gamma"].argmax(1), 3).T.bool()  # [m, n]: where Γ puts each row
+    assert owned.sum(1).min() >= 5
+    losses = out["losses"]
+    mine = (losses * owned).sum(1) / owned.sum(1)
+    others = (losses * ~owned).sum(1) / (~owned).sum(1)
+    assert (mine < 0.5 * others).all()  # each prompt is an expert for its own instances
+    # the mixture covers every instance better than it did at the start (best-of-m loss)
+    assert losses.min(0).values.mean() < 0.5 * first["losses"].min(0).values.mean()

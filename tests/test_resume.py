@@ -25,15 +25,6 @@ TINY = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny networks: a second intra-op thread only adds synchronisation overhead.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _final_state(run_dir: Path) -> dict:
     return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
 

@@ -67,7 +67,8 @@ def all_clients_update(model: FlatClassifier, thetas: torch.Tensor, x: torch.Ten
     """Every client at once: ``(deltas [m, n, P], losses [m, n])``; ``x [n, S, d]``, ``noise [n, m, steps, B]``."""
     per_client = vmap(lambda xi, yi, ci, ui: client_update(model, thetas, xi, yi, ci, ui, lr, prox_mu))
     deltas, losses = per_client(x, y, count, noise)
-    return deltas.transpose(0, 1), losses.T
+    # Contiguous [m, n, ...] like the Flower engine, so server-side reductions round identically.
+    return deltas.transpose(0, 1).contiguous(), losses.T.contiguous()
 
 
 def evaluate(model: FlatClassifier, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

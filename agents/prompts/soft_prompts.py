@@ -20,13 +20,14 @@ from torch import nn
 class PromptMixture(nn.Module):
     """Soft prompts ``[m, k, d]`` and per-prompt heads ``[m, d, C]`` over a frozen encoder.
 
-    The encoder is held outside the module tree, so ``state_dict`` holds only the trainable
+    ``shared_head=True`` uses one head for all prompts (only the prompts differ between the
+    solutions, as in the paper, where T5's output layer is shared and frozen). The encoder is held outside the module tree, so ``state_dict`` holds only the trainable
     prompts and heads. Prompts start from the embeddings of random vocabulary tokens (a
     different draw per prompt, the paper's "different inits per model").
     """
 
     def __init__(self, encoder: nn.Module, num_prompts: int, length: int, num_classes: int,
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, shared_head: bool = False) -> None:
         super().__init__()
         if num_prompts < 1 or length < 1 or num_classes < 2:
             raise ValueError(f"need num_prompts >= 1, length >= 1, num_classes >= 2; got {num_prompts}, {length}, {num_classes}")
@@ -35,9 +36,10 @@ class PromptMixture(nn.Module):
         vocab, d = table.shape
         rows = torch.randint(1000 if vocab > 2000 else 0, vocab, (num_prompts * length,), generator=generator)
         self.prompts = nn.Parameter(table.detach()[rows.to(table.device)].reshape(num_prompts, length, d).clone())
-        w = torch.randn(num_prompts, d, num_classes, generator=generator) / d ** 0.5
+        heads = 1 if shared_head else num_prompts
+        w = torch.randn(heads, d, num_classes, generator=generator) / d ** 0.5
         self.head_weight = nn.Parameter(w.to(table))
-        self.head_bias = nn.Parameter(torch.zeros(num_prompts, num_classes, dtype=table.dtype, device=table.device))
+        self.head_bias = nn.Parameter(torch.zeros(heads, num_classes, dtype=table.dtype, device=table.device))
 
     @property
     def num_prompts(self) -> int:
@@ -60,7 +62,9 @@ class PromptMixture(nn.Module):
 
     def head(self, feats: torch.Tensor) -> torch.Tensor:
         """Logits ``[m, B, C]`` from features ``[m, B, d]``."""
-        return torch.einsum("mbd,mdc->mbc", feats, self.head_weight) + self.head_bias.unsqueeze(1)
+        m = feats.shape[0]
+        w = self.head_weight.expand(m, -1, -1)  # a shared head [1, d, C] serves every prompt
+        return torch.einsum("mbd,mdc->mbc", feats, w) + self.head_bias.expand(m, -1).unsqueeze(1)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logits [m, B, C], features [m, B, d])``."""
