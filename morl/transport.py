@@ -67,6 +67,10 @@ def _check_problem(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None
         raise ValueError(f"marginals must have equal positive total mass; got sum(a)={sa.tolist()} and sum(b)={sb.tolist()}")
 
 
+def _log_floor(dtype: torch.dtype) -> float:
+    return 0.8 * math.log(torch.finfo(dtype).tiny)
+
+
 def _safe_log(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x > 0, x.clamp_min(torch.finfo(x.dtype).tiny).log(), torch.full_like(x, -math.inf))
 
@@ -192,7 +196,9 @@ def ipot(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, step: float = 0.0
         for _ in range(min(check_every, max_iter - done)):
             log_q = log_p + log_kernel
             f, g = _scaling_updates(log_q, log_a, log_b, f, g, inner_iter)
-            log_p = f.unsqueeze(-1) + log_q + g.unsqueeze(-2)
+            # Floor far below any meaningful mass but above the subnormal range, where
+            # arithmetic is orders of magnitude slower.
+            log_p = (f.unsqueeze(-1) + log_q + g.unsqueeze(-2)).clamp_min(_log_floor(log_q.dtype))
             done += 1
         plan = torch.exp(log_p)
         change = ((plan - prev).abs().sum((-2, -1)) / mass.squeeze(-1).squeeze(-1)).max()
@@ -240,7 +246,11 @@ def solve(cost: torch.Tensor, a: torch.Tensor | None = None, b: torch.Tensor | N
     a = torch.full((n,), 1.0 / n, dtype=cost.dtype, device=cost.device) if a is None else a.to(cost)
     b = torch.full((m,), 1.0 / m, dtype=cost.dtype, device=cost.device) if b is None else b.to(cost)
     _check_problem(cost, a, b)
-    # Scale-free solving: the proximal step / ε are relative to the largest |cost| and to unit mass.
+    # Solve in float64 (tiny plan entries stay out of float32's slow subnormal range) and
+    # scale-free: the proximal step / ε are relative to the largest |cost| and to unit mass.
+    out_dtype = cost.dtype
+    cost, a, b = cost.double(), a.double(), b.double()
+    plan0 = None if plan0 is None else plan0.double()
     mass = a.sum()
     scale = cost.abs().amax().clamp_min(torch.finfo(cost.dtype).tiny)
     an, bn = a / mass, b / mass
@@ -276,7 +286,8 @@ def solve(cost: torch.Tensor, a: torch.Tensor | None = None, b: torch.Tensor | N
         plan = round_to_marginals(plan, a, b)
     err = check_marginals(plan, a, b, tol=tol, on_violation=on_violation)
     objective = (cost * plan).sum() + tau * diversity_regulariser(plan)
-    return TransportResult(plan=plan, objective=objective, marginal_error=err, iterations=iters, outer_iterations=outer)
+    return TransportResult(plan=plan.to(out_dtype), objective=objective.to(out_dtype), marginal_error=err,
+                           iterations=iters, outer_iterations=outer)
 
 
 __all__ = [

@@ -21,14 +21,6 @@ from morl.ordering import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # These models are tiny: intra-op threads only add synchronisation (and on a loaded
-    # 2-core machine, heavy contention).
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def run_static(ordering, G, epochs, lam=None):

@@ -98,7 +98,6 @@ def _zdt_most_e(name, rounds):
     return max(best)
 
 
-@pytest.mark.slow
 def test_zdt1_most_e_reaches_paper_hypervolume():
     # Paper Table 5: MosT 5.87 on ZDT-1 (best HV over training, as in the official code).
     assert _zdt_most_e("zdt1", 150) >= 5.80

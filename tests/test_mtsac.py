@@ -39,13 +39,6 @@ def _batch(seed=0):
     }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # tiny networks: a second intra-op thread only adds synchronisation overhead
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _params(module):

@@ -20,12 +20,6 @@ from envs import evaluate_policy, make_env
 EVAL_EVERY, EVAL_EPISODES, TARGET = 250, 10, 0.9
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def train_until_success(aggregator: str, *, num_tasks: int = 4, seed: int = 0, max_steps: int = 1500,

@@ -25,13 +25,6 @@ from runners.errors import UserError
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Small ops on a loaded 2-core box: intra-op threads only add synchronisation.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,6 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from agents.sb3 import MultiTaskSAC, SB3VecEnv
 from envs import evaluate_policy, make_env
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # 64-unit networks gain nothing from intra-op threads, and on a busy 2-core machine the
-    # second thread's spin-waits make SB3's many tiny ops tens of times slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 SMALL = dict(policy_kwargs=dict(net_arch=[64, 64]), batch_size=256, learning_rate=1e-3, learning_starts=200)

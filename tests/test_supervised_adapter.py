@@ -11,14 +11,6 @@ from agents.supervised import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSp
 from envs.supervised_data import load_dataset
 from morl.aggregators import build
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # These models are tiny: intra-op threads only add synchronisation (and on a loaded
-    # 2-core machine, heavy contention).
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 SPECS = [TaskSpec("a", "classification", 3), TaskSpec("b", "regression"), TaskSpec("c", "classification", 2)]

@@ -13,14 +13,6 @@ from runners import cli
 from runners import supervised as sup
 from runners.errors import UserError
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # These models are tiny: intra-op threads only add synchronisation (and on a loaded
-    # 2-core machine, heavy contention).
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from morl.solvers.gramian import normalized_gramian
+
 CHECK_MODES = ("raise", "skip", "off")
 
 
@@ -137,10 +139,12 @@ class GramianAggregator(Aggregator):
     """
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        gram = grads @ grads.T
-        w = self.weights_from_gramian(gram)
-        self.weights = w.detach()
-        return w.to(grads.dtype) @ grads
+        # Rows rescaled to O(1) before the product: gradients of 1e-12 or 1e12 give the same
+        # weights and no under/overflow. The methods' weights are scale-free in the Gramian.
+        gram, _ = normalized_gramian(grads)
+        w = self.weights_from_gramian(gram).to(grads.dtype)
+        self.weights = w
+        return w @ grads
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -17,7 +17,6 @@ import torch
 
 from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.gramian import normalized_gramian
 from morl.solvers.simplex_descent import minimize_on_simplex
 
 RESCALES = (0, 1, 2)
@@ -83,12 +82,6 @@ class CAGrad(GramianAggregator):
     def reset(self) -> None:
         super().reset()
         self.w_prev = None
-
-    def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        gram, _ = normalized_gramian(grads)
-        w = self.weights_from_gramian(gram).to(grads.dtype)
-        self.weights = w
-        return w @ grads
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         # the weights are homogeneous of degree 0 in G: normalise before solving

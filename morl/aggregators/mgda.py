@@ -12,7 +12,6 @@ import torch
 
 from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.gramian import normalized_gramian
 from morl.solvers.min_norm import min_norm
 
 
@@ -42,14 +41,6 @@ class MGDA(GramianAggregator):
     def reset(self) -> None:
         super().reset()
         self.w_prev = None
-
-    def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        # The Gramian is formed from rows rescaled to O(1): gradients of 1e-12 or 1e12 give
-        # the same weights and no under/overflow.
-        gram, _ = normalized_gramian(grads)
-        w = self.weights_from_gramian(gram).to(grads.dtype)
-        self.weights = w
-        return w @ grads
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         init = self.w_prev if self.warm_start and self.w_prev is not None and self.w_prev.shape == gram.shape[-1:] else None

@@ -15,7 +15,6 @@ import torch
 
 from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.gramian import normalized_gramian
 
 REDUCTIONS = ("mean", "sum")
 
@@ -42,12 +41,6 @@ class PCGrad(GramianAggregator):
     def reset(self) -> None:
         super().reset()
         self.generator.manual_seed(self.seed)
-
-    def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        gram, _ = normalized_gramian(grads)
-        w = self.weights_from_gramian(gram).to(grads.dtype)
-        self.weights = w
-        return w @ grads
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[0]
