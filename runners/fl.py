@@ -39,7 +39,7 @@ class MostConfig:
     solver: Literal["ipot", "sinkhorn"] = "ipot"
     gamma_scale: Literal["paper", "code"] = "code"
     update: Literal["paper", "code"] = "code"
-    combine: Literal["mgda", "linear"] = "mgda"
+    combine: Literal["mgda", "linear", "switch"] = "mgda"
     curriculum: bool = False
     curriculum_direction: Literal["paper", "code"] = "paper"
     curriculum_decay: float = 0.995

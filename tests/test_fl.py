@@ -121,3 +121,51 @@ def test_cli_writes_a_run_and_rejects_bad_config(tmp_path):
         with pytest.raises(UserError, match=msg):
             fl_runner.main(argparse.Namespace(config="configs/fl_synthetic_most.yaml", overrides=[f"out_dir={tmp_path}/x", bad]))
     assert not (tmp_path / "x").exists()  # nothing half-written
+
+
+def test_most_switch_takes_both_branches_and_is_deterministic():
+    # The official code's rule: MGDA when S = Σ Γ_ij L_ij drops below its EMA, else linear.
+    def once():
+        fed = {}
+        orig = S.MosTStrategy.aggregate
+
+        def spy(self, *a):
+            fed["strategy"] = self
+            return orig(self, *a)
+
+        S.MosTStrategy.aggregate = spy
+        try:
+            cfg = _cfg("most", rounds=8, combine="switch", warmup_rounds=1)
+            cfg.data.num_clients, cfg.train.local_steps = 10, 3
+            res = fl_runner.run(cfg, log=lambda *_: None)["final"]
+        finally:
+            S.MosTStrategy.aggregate = orig
+        return res, fed["strategy"]
+
+    res, strat = once()
+    # Round 1 compares with avg_S = 0, so it is linear; falling losses then pass the test.
+    assert strat.branches[0] == "linear" and "mgda" in strat.branches and len(strat.branches) == 7
+    assert strat.avg_objective > 0 and strat.state_dict()["avg_objective"] == strat.avg_objective
+    again, strat2 = once()
+    assert strat2.branches == strat.branches and again == res
+    fresh = S.MosTStrategy(strat.most, combine="switch")
+    fresh.load_state_dict(strat.state_dict())
+    assert fresh.avg_objective == strat.avg_objective
+    with pytest.raises(ValueError, match="allowed: mgda, linear, switch"):
+        S.MosTStrategy(strat.most, combine="avg")
+
+
+def test_most_switch_rule_follows_the_running_average():
+    from morl.most import MosT
+
+    strat = S.MosTStrategy(MosT(2, gamma_scale="code", update="code", solver="ipot"), warmup_rounds=0, combine="switch")
+    gen = torch.Generator().manual_seed(0)
+    deltas = torch.randn(2, 4, 6, generator=gen, dtype=torch.float64)
+    for scale in (1.0, 0.5, 2.0, 1.9):
+        strat.aggregate(deltas, scale * torch.ones(2, 4, dtype=torch.float64), torch.ones(4))
+    # S = scale · Σ Γ = scale · m; avg: 0 -> 2 -> 0.95·2 + 0.05·1 -> ...
+    assert strat.branches == ["linear", "mgda", "linear", "linear"]
+    expect = 2.0
+    for s in (1.0, 4.0, 3.8):
+        expect = 0.95 * expect + 0.05 * s
+    assert abs(strat.avg_objective - expect) < 1e-9

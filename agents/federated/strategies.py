@@ -13,6 +13,9 @@ the MosT paper) and subtracts the returned update: ``θ_j ← θ_j − update_j`
   Γ-weighted MGDA direction per model (:meth:`morl.most.MosT.directions`); FedAvg for the
   first ``warmup_rounds`` rounds (as in the official code). ``combine="linear"`` is the
   paper's ablation MosT (L): the Γ-weighted average of the deltas instead of MGDA.
+  ``combine="switch"`` is the official code's rule (spec §11.1, §11.3 item 5): with
+  ``S = Σ_ij Γ_ij L_ij`` and its running average ``avg_S`` (EMA 0.95, starting at 0 and set to
+  the first S), take the MGDA step when ``S < avg_S`` and the linear step otherwise.
 """
 
 from __future__ import annotations
@@ -121,20 +124,27 @@ class MosTStrategy(FedAvg):
 
     name = "most"
 
+    COMBINES = ("mgda", "linear", "switch")
+    EMA = 0.95  # avg_S ← 0.95 avg_S + 0.05 S, as in the official federated_moo.py
+
     def __init__(self, most: MosT, warmup_rounds: int = 3, combine: str = "mgda") -> None:
-        if combine not in ("mgda", "linear"):
-            raise ValueError(f"combine={combine!r} is not valid; allowed: mgda, linear")
+        if combine not in self.COMBINES:
+            raise ValueError(f"combine={combine!r} is not valid; allowed: {', '.join(self.COMBINES)}")
         self.most = most
         self.warmup_rounds = warmup_rounds
         self.combine = combine
         self.rounds_done = 0
+        self.avg_objective = 0.0  # avg_S of the switching rule; 0 means "no MosT round yet"
+        self.branches: list[str] = []  # branch taken in each MosT round (for logs and tests)
 
     def aggregate(self, deltas, losses, sizes):
         self.rounds_done += 1
         if self.rounds_done <= self.warmup_rounds:
             return super().aggregate(deltas, losses, sizes)
         gamma = self.most.assign(losses)
-        if self.combine == "linear":
+        branch = self._switch(gamma, losses) if self.combine == "switch" else self.combine
+        self.branches.append(branch)
+        if branch == "linear":
             # MosT (L): Γ-weighted FedAvg, each column normalised to sum 1.
             w = gamma.T / gamma.sum(0).unsqueeze(-1).clamp_min(1e-30)
             update = torch.einsum("ji,jip->jp", w.to(deltas.dtype), deltas)
@@ -143,13 +153,26 @@ class MosTStrategy(FedAvg):
         self.most.step_curriculum()
         return update
 
+    def _switch(self, gamma: torch.Tensor, losses: torch.Tensor) -> str:
+        """The official code's test: MGDA if ``S = Σ_ij Γ_ij L_ij`` is below its running average.
+
+        One host read per server round (not a hot path). As in the code, the first MosT round
+        compares with 0 (so it is linear) and then sets ``avg_S = S``.
+        """
+        s = float((gamma.to(losses.dtype) * losses.T).sum())
+        branch = "mgda" if s < self.avg_objective else "linear"
+        first = self.avg_objective == 0.0
+        self.avg_objective = s if first else self.EMA * self.avg_objective + (1 - self.EMA) * s
+        return branch
+
     def state_dict(self) -> dict:
         cur = self.most.curriculum
-        return {"rounds_done": self.rounds_done, "gamma": self.most.gamma,
+        return {"rounds_done": self.rounds_done, "gamma": self.most.gamma, "avg_objective": self.avg_objective,
                 "curriculum": None if cur is None else cur.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.rounds_done = int(state["rounds_done"])
         self.most.gamma = state["gamma"]
+        self.avg_objective = float(state.get("avg_objective", 0.0))
         if self.most.curriculum is not None and state.get("curriculum") is not None:
             self.most.curriculum.load_state_dict(state["curriculum"])
