@@ -27,14 +27,20 @@ class Progress:
         self.bar.set_postfix(self.fields, refresh=False)
 
     def heartbeat(self, step: int) -> None:
-        """Off a terminal (nohup, CI, a log file) print one plain status line instead of a bar."""
+        """Off a terminal (nohup, CI, a log file) print one plain status line instead of a bar.
+
+        The ETA uses the rate since the previous heartbeat: the random-action warm-up runs far
+        faster than training and would make an average-since-start ETA much too short.
+        """
         if not self.bar.disable:
             return
-        done = step - self.initial
-        elapsed = time.monotonic() - self.start
-        eta = elapsed / done * (self.total - step) if done > 0 else float("nan")
+        now = time.monotonic()
+        last_step, last_time = getattr(self, "_last", (self.initial, self.start))
+        self._last = (step, now)
+        rate = (step - last_step) / (now - last_time) if now > last_time and step > last_step else float("nan")
+        eta = (self.total - step) / rate if rate > 0 else float("nan")
         fields = " ".join(f"{k}={v}" for k, v in self.fields.items())
-        print(f"step {step}/{self.total} elapsed {elapsed / 60:.1f} min eta {eta / 3600:.1f} h {fields}", file=sys.stderr, flush=True)
+        print(f"step {step}/{self.total} elapsed {(now - self.start) / 60:.1f} min eta {eta / 3600:.1f} h {fields}", file=sys.stderr, flush=True)
 
     def message(self, text: str) -> None:
         """A line above the bar (also printed when the bar is hidden)."""
