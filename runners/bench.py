@@ -19,4 +19,9 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
+    # Shared option checks, so each benchmark module only measures.
+    from runners.errors import UserError
+
+    if args.out is not None and not str(args.out).strip():
+        raise UserError("--out must be a file path")
     return int(importlib.import_module(TARGETS[args.target]).run(args) or 0)

@@ -17,7 +17,6 @@ import time
 
 import torch
 
-from runners.errors import UserError
 
 FULL_K = (2, 10, 50, 100)
 FULL_D = (10_000, 1_000_000)
@@ -37,8 +36,6 @@ def run(args) -> int:
     device = resolve_device(getattr(args, "device", "auto"))
     quick = bool(getattr(args, "quick", False))
     out = getattr(args, "out", None)
-    if out is not None and not str(out).strip():
-        raise UserError("--out must be a file path")
     machine = _machine(device)
     print(f"morl bench aggregators on {machine['device_name']} (torch {torch.__version__}, {torch.get_num_threads()} threads)")
 

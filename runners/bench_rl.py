@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from runners.errors import UserError
 
 AGGREGATORS: dict[str, dict[str, Any]] = {"mean": {}, "pcgrad": {}, "cagrad": {"c": 0.9}, "moco": {}}
 TARGETS = {"cagrad_vs_mean": 0.85, "ours_vs_sb3": 1.5}
@@ -40,8 +39,6 @@ def run(args) -> int:
     device = resolve_device(getattr(args, "device", "auto"))
     quick = bool(getattr(args, "quick", False))
     out = getattr(args, "out", None)
-    if out is not None and not str(out).strip():
-        raise UserError("--out must be a file path")
     sizes = QUICK if quick else FULL
     machine = _machine(device)
     print(f"morl bench rl on {machine['device_name']} (torch {torch.__version__}, {torch.get_num_threads()} threads)"

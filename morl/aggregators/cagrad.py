@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._checks import check_choice, check_number
+from morl.aggregators._warm_start import WarmStartSolver
 from morl.aggregators.base import GramianAggregator
 from morl.solvers.simplex_descent import minimize_on_simplex
 
@@ -50,7 +51,7 @@ def cagrad_dual_weights(
     return 1.0 / k + lam * w, w
 
 
-class CAGrad(GramianAggregator):
+class CAGrad(WarmStartSolver, GramianAggregator):
     """Conflict-averse gradient.
 
     Options: ``c`` (0.5; 0 gives the mean; MT10 uses 0.9), ``rescale`` ∈ {0, 1, 2} (1 as in the
@@ -60,8 +61,6 @@ class CAGrad(GramianAggregator):
     solution is then state (``w_prev``). Weights are invariant to a global gradient scale.
     """
 
-    _state_keys = ("w_prev",)
-
     def __init__(
         self, c: float = 0.5, rescale: int = 1, max_iter: int = 100, tol: float = 1e-10, warm_start: bool = False,
         check_finite: str = "raise",
@@ -69,28 +68,16 @@ class CAGrad(GramianAggregator):
         super().__init__(check_finite=check_finite)
         check_number("CAGrad", "c", c)
         check_choice("CAGrad", "rescale", rescale, RESCALES)
-        check_number("CAGrad", "max_iter", max_iter, low=1, integer=True)
-        check_number("CAGrad", "tol", tol)
         self.c = float(c)
         self.rescale = rescale
-        check_choice("CAGrad", "warm_start", warm_start, (True, False))
-        self.max_iter = max_iter
-        self.tol = tol
-        self.warm_start = bool(warm_start)
-        self.w_prev: torch.Tensor | None = None
-
-    def reset(self) -> None:
-        super().reset()
-        self.w_prev = None
+        self._init_solver("CAGrad", max_iter, tol, warm_start)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         # the weights are homogeneous of degree 0 in G: normalise before solving
         scale = torch.diagonal(gram).amax()
         gram = gram / torch.where(scale > 0, scale, torch.ones_like(scale))
-        init = self.w_prev if self.warm_start and self.w_prev is not None and self.w_prev.shape == gram.shape[-1:] else None
-        w, w_dual = cagrad_dual_weights(gram, self.c, self.max_iter, self.tol, init=init)
-        if self.warm_start:
-            self.w_prev = w_dual
+        w, w_dual = cagrad_dual_weights(gram, self.c, self.max_iter, self.tol, init=self._start(gram.shape[-1]))
+        self._remember(w_dual)
         divisor = (1.0, 1.0 + self.c**2, 1.0 + self.c)[self.rescale]
         return (w / divisor).to(gram.dtype)
 

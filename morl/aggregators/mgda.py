@@ -10,43 +10,29 @@ from __future__ import annotations
 
 import torch
 
-from morl.aggregators._checks import check_choice, check_number
+from morl.aggregators._warm_start import WarmStartSolver
 from morl.aggregators.base import GramianAggregator
 from morl.solvers.min_norm import min_norm
 
 
-class MGDA(GramianAggregator):
+class MGDA(WarmStartSolver, GramianAggregator):
     """Min-norm multiple-gradient descent, solved on the K×K Gramian.
 
     Options: ``max_iter`` (100) and ``tol`` (1e-8, Frank–Wolfe gap of the problem on G/max diag)
-    bound the iterative solver used for K > 2; K = 2 is closed form, K = 1 returns the gradient.
-    ``warm_start`` (False) starts each K > 2 solve from the previous weights (same K); they are
+    bound the iterative solver used for K > 10; K = 2 is closed form, 2 < K ≤ 10 exact support
+    enumeration, K = 1 returns the gradient. ``warm_start`` (False) starts each K > 2 solve
+    iteratively from the previous weights (same K); they are
     then state (``w_prev``). The weights do not depend on a global scale of the gradients and
     the direction scales with it linearly.
     """
 
-    _state_keys = ("w_prev",)
-
     def __init__(self, max_iter: int = 100, tol: float = 1e-8, warm_start: bool = False, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        name = type(self).__name__
-        check_number(name, "max_iter", max_iter, low=1, integer=True)
-        check_number(name, "tol", tol)
-        check_choice(name, "warm_start", warm_start, (True, False))
-        self.max_iter = max_iter
-        self.tol = tol
-        self.warm_start = bool(warm_start)
-        self.w_prev: torch.Tensor | None = None
-
-    def reset(self) -> None:
-        super().reset()
-        self.w_prev = None
+        self._init_solver(type(self).__name__, max_iter, tol, warm_start)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        init = self.w_prev if self.warm_start and self.w_prev is not None and self.w_prev.shape == gram.shape[-1:] else None
-        w = min_norm(gram, max_iter=self.max_iter, tol=self.tol, init=init)
-        if self.warm_start:
-            self.w_prev = w.detach()
+        w = min_norm(gram, max_iter=self.max_iter, tol=self.tol, init=self._start(gram.shape[-1]))
+        self._remember(w)
         return w
 
     def __repr__(self) -> str:
