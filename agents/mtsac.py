@@ -28,6 +28,7 @@ from torch.func import functional_call
 
 from agents.networks import TaskActor, TwinCriticEnsemble, squashed_sample
 from morl.aggregators.base import Aggregator
+from morl.aggregators.mean import Mean
 from morl.gradients import batched_task_grads
 
 AGGREGATE_CHOICES = ("actor", "actor_trunk", "none")
@@ -118,6 +119,8 @@ class MTSAC:
         self._actor_names = [n for n, _ in self.actor.named_parameters()]
         trunk = set(self.actor.trunk_parameter_names())
         self._aggregated = [n in trunk or cfg.aggregate == "actor" for n in self._actor_names]
+        # mean over all actor parameters is linear: one backward of the mean loss gives its direction
+        self._plain_mean = isinstance(self.aggregator, Mean) and cfg.aggregate == "actor"
         self._critic_losses = torch.compile(self._critic_losses_eager) if cfg.compile else self._critic_losses_eager
         self._actor_task_grads = torch.compile(self._actor_task_grads_eager) if cfg.compile else self._actor_task_grads_eager
 
@@ -133,8 +136,14 @@ class MTSAC:
         return squashed_sample(mean, log_std, eps)[0]
 
     # -- one update -----------------------------------------------------------------------
-    def update(self, batch: dict[str, torch.Tensor], step: int) -> dict[str, torch.Tensor]:
-        """One SAC update from a task-grouped batch ``[T, B, ...]``; returns detached device tensors."""
+    def update(self, batch: dict[str, torch.Tensor], step: int, diagnostics: bool = True) -> dict[str, torch.Tensor]:
+        """One SAC update from a task-grouped batch ``[T, B, ...]``; returns detached device tensors.
+
+        ``diagnostics=False`` lets the ``mean`` aggregator skip the per-task gradients (its
+        direction is the plain mean-loss gradient): the gradient-conflict statistics are then
+        left out of the returned metrics. Other aggregators need the per-task gradients anyway
+        and always report them. The update itself never depends on ``diagnostics``.
+        """
         obs, action, next_obs = batch["obs"], batch["action"], batch["next_obs"]
         if obs.dim() != 3 or obs.shape[0] != self.num_tasks:
             raise ValueError(f"batch['obs'] must be [T={self.num_tasks}, B, obs_dim], got {tuple(obs.shape)}")
@@ -145,7 +154,7 @@ class MTSAC:
         ok = self._critic_step(critic_loss)
         out["critic_loss"] = critic_loss.detach()
         if step % self.cfg.actor_update_freq == 0:
-            ok = ok & self._actor_and_alpha_step(obs, alpha, out)
+            ok = ok & self._actor_and_alpha_step(obs, alpha, out, diagnostics)
         if step % self.cfg.target_update_freq == 0:
             with torch.no_grad():
                 target, online = list(self.critic_target.parameters()), list(self.critic.parameters())
@@ -195,26 +204,31 @@ class MTSAC:
         depth = len(self.critic.weights)
         q = TwinCriticEnsemble.q_values([params[f"critic.w{i}"] for i in range(depth)],
                                         [params[f"critic.b{i}"] for i in range(depth)], obs, act)
-        return (alpha * logp - q.amin(0)).mean()
+        # log pi comes back as aux: the temperatures need it and it saves a second actor forward
+        return (alpha * logp - q.amin(0)).mean(), logp.detach()
 
-    def _actor_task_grads_eager(self, obs, eps, alpha) -> tuple[torch.Tensor, torch.Tensor]:
+    def _actor_task_grads_eager(self, obs, eps, alpha) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-task actor losses ``[T]``, gradients ``[T, D]`` and log pi ``[T, B]`` in one vmapped pass."""
         params = dict(self.actor.named_parameters())
         return batched_task_grads(self._actor_task_loss, params, obs, eps, self._task_eye, alpha,
-                                  per_task_params=self.critic.per_task_views())
+                                  per_task_params=self.critic.per_task_views(), has_aux=True)
 
-    def _actor_and_alpha_step(self, obs: torch.Tensor, alpha: torch.Tensor, out: dict) -> torch.Tensor:
+    def _actor_and_alpha_step(self, obs: torch.Tensor, alpha: torch.Tensor, out: dict,
+                              diagnostics: bool) -> torch.Tensor:
         eps = torch.randn(*obs.shape[:2], self.action_dim, device=self.device, generator=self.generator)
         params = list(self.actor.parameters())
         self.actor_opt.zero_grad(set_to_none=False)
-        if self.cfg.aggregate == "none":
+        if self.cfg.aggregate == "none" or self._plain_mean:
             logp, losses = self._plain_actor_backward(obs, eps, alpha)
+            if self._plain_mean:
+                out["agg_weights"] = torch.full((self.num_tasks,), 1.0 / self.num_tasks, device=self.device)
+                if diagnostics:  # per-task gradients for the conflict statistics only; the step is unchanged
+                    task_grads = self._actor_task_grads(obs, eps, alpha)[1]
+                    out.update(_conflict_stats(task_grads, _flat_grad(params)))
             ok = _guarded_step(self.actor_opt, params, self.cfg.grad_clip)
         else:
-            losses, grads = self._actor_task_grads(obs, eps, alpha)
+            losses, grads, logp = self._actor_task_grads(obs, eps, alpha)
             self._write_aggregated(params, grads, losses, out)
-            with torch.no_grad():  # log pi for the temperatures (not an output of the vmapped pass)
-                mean, log_std = self.actor(obs, self._task_eye.unsqueeze(1))
-                logp = squashed_sample(mean, log_std, eps)[1]
             # a "skip" aggregator returns zeros for non-finite rows: skip the step rather than take it
             finite_rows = torch.isfinite(out["grad_norm_task"]).all()
             ok = _guarded_step(self.actor_opt, params, self.cfg.grad_clip, finite_rows)
@@ -334,6 +348,10 @@ def _guard_and_clip(grads: list[torch.Tensor], max_norm: float | None,
         coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
         torch._foreach_mul_(grads, torch.where(ok, coef, torch.zeros_like(coef)))
     return ok, norm
+
+
+def _flat_grad(params: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([p.grad.reshape(-1) for p in params])
 
 
 def _conflict_stats(grads: torch.Tensor, direction: torch.Tensor) -> dict[str, torch.Tensor]:

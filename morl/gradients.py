@@ -165,7 +165,8 @@ def batched_task_grads(
     *inputs: torch.Tensor,
     per_task_params: Mapping[str, torch.Tensor] | None = None,
     chunk_size: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    has_aux: bool = False,
+) -> tuple[torch.Tensor, ...]:
     """Per-task losses ``[K]`` and gradients ``[K, D]`` in one vmapped pass.
 
     ``loss_fn(params_dict, *task_inputs) -> scalar`` is the loss of ONE task slice, usually
@@ -175,6 +176,9 @@ def batched_task_grads(
     gradient columns follow their order. ``per_task_params`` (name -> ``[K, ...]``) are
     per-task tensors (e.g. stacked per-task critics) merged into ``params_dict`` for the
     matching task and not differentiated. ``chunk_size`` bounds vmap's memory (None = all K).
+    With ``has_aux=True``, ``loss_fn`` returns ``(loss, aux)`` (``aux`` any pytree of tensors,
+    not differentiated) and the result is ``(losses, grads, aux)`` with ``aux`` stacked over
+    tasks, e.g. the log-probabilities an actor loss computed anyway.
     """
     from torch.func import grad_and_value, vmap
 
@@ -189,18 +193,22 @@ def batched_task_grads(
         raise ValueError(f"names {clash} appear in both params and per_task_params; each name must be in one")
 
     def one_task(shared: dict, task_own: dict, *task_inputs):
-        loss = loss_fn({**shared, **task_own}, *task_inputs)
+        out = loss_fn({**shared, **task_own}, *task_inputs)
+        if has_aux and not (isinstance(out, tuple) and len(out) == 2):
+            raise ValueError(f"with has_aux=True loss_fn must return (loss, aux), got {type(out).__name__}")
+        loss = out[0] if has_aux else out
         if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
             shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
             raise ValueError(f"loss_fn must return a scalar per task (reduce over the task slice), got {shape}")
-        return loss
+        return (loss, out[1]) if has_aux else (loss, ())  # () : an empty pytree vmap accepts
 
     shared = {n: p.detach() for n, p in params.items()}
     own = {n: t.detach() for n, t in per_task.items()}
     in_dims = (None, 0 if own else None) + (0,) * len(inputs)
-    grads, losses = vmap(grad_and_value(one_task), in_dims=in_dims, chunk_size=chunk_size)(shared, own, *inputs)
+    task_fn = grad_and_value(one_task, has_aux=True)
+    grads, (losses, aux) = vmap(task_fn, in_dims=in_dims, chunk_size=chunk_size)(shared, own, *inputs)
     flat = torch.cat([grads[n].reshape(k, -1) for n in params], dim=1)
-    return losses, flat
+    return (losses, flat, aux) if has_aux else (losses, flat)
 
 
 def _task_count(inputs: Sequence[torch.Tensor], per_task: Mapping[str, torch.Tensor]) -> int:

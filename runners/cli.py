@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"morl: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("morl: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(f"morl: interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
         return 130
 
 

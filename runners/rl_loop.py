@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from runners.interrupts import Interrupted, deferred_stop
 from runners.progress import Progress
 from runners.rl_metrics import AggregationTimer, SectionTimer, write_log
 from runners.rl_session import Session, save_checkpoint
@@ -69,9 +70,10 @@ def iterate(s: Session, timer: SectionTimer, agg_timer: AggregationTimer) -> Non
         with timer("update"):
             for _ in range(run.updates_per_step):
                 # on CUDA the aggregation is timed (with a sync) once per log interval
-                agg_timer.sample_next = s.step % run.log_every == 0
+                diagnostic = s.step % run.log_every == 0
+                agg_timer.sample_next = diagnostic
                 batch = s.replay.sample(s.per_task_batch, s.sample_gen)
-                s.stats.add_update(s.agent.update(batch, s.updates))
+                s.stats.add_update(s.agent.update(batch, s.updates, diagnostics=diagnostic))
                 s.updates += 1
 
 
@@ -80,28 +82,38 @@ def train(s: Session, run_dir: Path, logger, progress: bool | None = None) -> di
     run = s.cfg.run
     bar = Progress(run.total_steps, initial=s.step, desc=run.name or "train", enabled=progress)
     timer, agg_timer = SectionTimer(), AggregationTimer(s.aggregator, s.device)
-    try:
-        while s.step < run.total_steps:
-            iterate(s, timer, agg_timer)  # 1. collect, 2. store, 3. sample, 4. update
-            # 5. log
-            if s.step % run.log_every == 0 or s.step == run.total_steps:
-                record = write_log(logger, s.step, s.task_names, s.stats, timer, agg_timer)
-                bar.show(tps=record["perf/transitions_per_s"])
-                bar.heartbeat(s.step)
-                s.stats.reset_interval()
-                timer.reset()
-                agg_timer.reset()
-            # 6. evaluate
-            if s.step % run.eval_every == 0 or s.step == run.total_steps:
-                _evaluate_and_log(s, logger, bar)
-            # 7. checkpoint
-            if s.step % run.checkpoint_every == 0 or s.step == run.total_steps:
-                save_checkpoint(s, run_dir)
-            bar.advance()
-    finally:
-        bar.close()
-        logger.flush()
+    with deferred_stop() as stop:
+        try:
+            _loop(s, run_dir, logger, bar, timer, agg_timer, stop)
+        finally:
+            bar.close()
+            logger.flush()
     return s.stats.last_eval or {}
+
+
+def _loop(s: Session, run_dir: Path, logger, bar: Progress, timer, agg_timer, stop) -> None:
+    run = s.cfg.run
+    while s.step < run.total_steps:
+        iterate(s, timer, agg_timer)  # 1. collect, 2. store, 3. sample, 4. update
+        # 5. log
+        if s.step % run.log_every == 0 or s.step == run.total_steps:
+            record = write_log(logger, s.step, s.task_names, s.stats, timer, agg_timer)
+            bar.show(tps=record["perf/transitions_per_s"])
+            bar.heartbeat(s.step)
+            s.stats.reset_interval()
+            timer.reset()
+            agg_timer.reset()
+        # 6. evaluate
+        if s.step % run.eval_every == 0 or s.step == run.total_steps:
+            _evaluate_and_log(s, logger, bar)
+        # 7. checkpoint (also when asked to stop; a signal after this read waits for the next step)
+        stopping = stop.requested
+        if s.step % run.checkpoint_every == 0 or s.step == run.total_steps or stopping:
+            path = save_checkpoint(s, run_dir)
+        bar.advance()
+        if stopping:
+            raise Interrupted(f"stopped by {stop.signal_name} at step {s.step}/{run.total_steps}; checkpoint "
+                              f"{path}; continue with: morl resume {run_dir}")
 
 
 def _evaluate_and_log(s: Session, logger, bar: Progress) -> None:

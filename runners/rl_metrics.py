@@ -52,6 +52,7 @@ class LoopStats:
         self.ep_return = np.zeros(t)
         self.ep_count = np.zeros(t, np.int64)
         self.update_sums: dict[str, torch.Tensor] = {}
+        self.update_counts: dict[str, int] = {}
         self.update_count = 0
         self.transitions = 0
 
@@ -65,10 +66,13 @@ class LoopStats:
 
     def add_update(self, metrics: dict[str, torch.Tensor]) -> None:
         # Device-side sums: no host synchronisation per update.
+        # Keys are counted one by one: the conflict statistics of the mean aggregator arrive only
+        # on the diagnostic update of each interval.
         for key, value in metrics.items():
             value = value.detach().float()
             prev = self.update_sums.get(key)
             self.update_sums[key] = value if prev is None or key in LATEST_METRICS else prev + value
+            self.update_counts[key] = self.update_counts.get(key, 0) + 1
         self.update_count += 1
 
     def episode_means(self) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +88,7 @@ class LoopStats:
         if not self.update_count:
             return {}
         keys = list(self.update_sums)
-        flat = [self.update_sums[k].reshape(-1) / (1 if k in LATEST_METRICS else self.update_count) for k in keys]
+        flat = [self.update_sums[k].reshape(-1) / (1 if k in LATEST_METRICS else self.update_counts[k]) for k in keys]
         host = torch.cat(flat).cpu().numpy()
         out, start = {}, 0
         for key, f in zip(keys, flat):
@@ -103,12 +107,15 @@ class LoopStats:
             "ep_return": self.ep_return.copy(),
             "ep_count": self.ep_count.copy(),
             "update_sums": {k: v.clone() for k, v in self.update_sums.items()},
+            "update_counts": dict(self.update_counts),
             "update_count": self.update_count,
             "transitions": self.transitions,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.num_tasks = state["num_tasks"]
+        # checkpoints from before per-key counts: every key was counted on every update
+        state.setdefault("update_counts", {k: state["update_count"] for k in state["update_sums"]})
         for key, value in state.items():
             if key != "num_tasks":
                 setattr(self, key, value.copy() if isinstance(value, np.ndarray) else value)

@@ -73,6 +73,23 @@ def test_batched_task_grads_match_k_backward_passes(gen, dtype, tol):
     assert torch.allclose(chunked, rows, atol=tol, rtol=tol)
 
 
+def test_batched_task_grads_return_aux_stacked_over_tasks(gen):
+    model, (x, y, scale) = mlp(dtype=torch.float64), task_data(gen, torch.float64)
+    params = dict(model.named_parameters())
+
+    def loss_fn(p, xk, yk):
+        out = functional_call(model, {n: p[n] for n in params}, (xk,))
+        return slice_loss(out, yk, p["critic_scale"]), {"out": out, "first": out[0]}
+
+    losses, rows, aux = batched_task_grads(loss_fn, params, x, y, per_task_params={"critic_scale": scale}, has_aux=True)
+    assert torch.allclose(rows, reference_rows(model, x, y, scale), atol=1e-12, rtol=1e-12)
+    assert torch.allclose(aux["out"], model(x).detach(), atol=1e-12)  # [K, B/K, out], task by task
+    assert aux["first"].shape == (x.shape[0], *model(x).shape[2:])
+    with pytest.raises(ValueError, match=r"return \(loss, aux\)"):
+        batched_task_grads(lambda p, a: (p["w"] * a).sum(), {"w": torch.ones(3, requires_grad=True)}, torch.ones(2, 3),
+                           has_aux=True)
+
+
 def test_unused_parameters_get_zero_rows(gen):
     a = torch.randn(3, generator=gen, requires_grad=True)
     unused = torch.randn(2, 2, generator=gen, requires_grad=True)

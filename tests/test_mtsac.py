@@ -117,20 +117,38 @@ def test_mean_aggregator_equals_plain_mean_loss_gradient(mode, multi_head):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
 
 
+def test_mean_fast_path_equals_the_per_task_path_and_diagnostics_do_not_change_the_update():
+    """``mean`` skips the per-task gradients (one mean-loss backward); the vmapped path gives the same update."""
+    fast, quiet, vmapped = _agent(), _agent(), _agent()
+    vmapped._plain_mean = False  # force per-task gradients -> Mean aggregator -> .grad
+    assert fast._plain_mean
+    for step in range(3):
+        out_f = fast.update(_batch(step), step, diagnostics=True)
+        out_q = quiet.update(_batch(step), step, diagnostics=False)
+        out_v = vmapped.update(_batch(step), step)
+        for key in ("grad_norm_task", "grad_cos_min", "grad_cos_mean", "grad_conflicts", "agg_weights"):
+            torch.testing.assert_close(out_f[key], out_v[key], rtol=1e-4, atol=1e-6)
+        assert "grad_cos_min" not in out_q and "grad_norm_task" not in out_q
+    for f, q, v in zip(fast.actor.parameters(), quiet.actor.parameters(), vmapped.actor.parameters()):
+        assert torch.equal(f, q)
+        torch.testing.assert_close(f, v, rtol=1e-5, atol=1e-6)
+
+
 def test_per_task_gradients_match_separate_backward_passes():
     agent = _agent()
     batch = _batch()
     eps = torch.randn(T, B, A)
     alpha = agent.log_alpha.detach().exp()
-    losses, grads = agent._actor_task_grads(batch["obs"], eps, alpha)
+    losses, grads, logp = agent._actor_task_grads(batch["obs"], eps, alpha)
     for t in range(T):
         params = list(agent.actor.parameters())
-        loss = agent._actor_task_loss({**dict(agent.actor.named_parameters()),
-                                       **{k: v[t] for k, v in agent.critic.per_task_views().items()}},
-                                      batch["obs"][t], eps[t], torch.eye(T)[t], alpha[t])
+        loss, logp_t = agent._actor_task_loss({**dict(agent.actor.named_parameters()),
+                                               **{k: v[t] for k, v in agent.critic.per_task_views().items()}},
+                                              batch["obs"][t], eps[t], torch.eye(T)[t], alpha[t])
         ref = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)])
         torch.testing.assert_close(losses[t], loss.detach())
         torch.testing.assert_close(grads[t], ref, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(logp[t], logp_t)
 
 
 def test_multi_head_act_picks_the_head_of_the_one_hot():

@@ -118,3 +118,53 @@ def test_sigkill_then_morl_resume_finishes(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming {run_dir} at step {step}" in resumed.stdout
     assert _final_state(run_dir)["step"] == step + 15
+
+
+def test_ctrl_c_writes_a_checkpoint_and_resume_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+    # Checkpoints are due only at the end, so the one the resume starts from is the interrupt's own.
+    overrides = [*TINY, "run.total_steps=50", "run.checkpoint_every=1000", "aggregator.name=pcgrad",
+                 "aggregator.options={}"]
+    full = start_run(load_rl_config(QUICK, [*overrides, f"run.out_dir={tmp_path / 'full'}"]), progress=False)
+
+    real_collect = rl_loop.collect_action
+
+    def interrupting_collect(s):
+        if s.step == 33:  # Ctrl-C in the middle of a step: the step finishes first
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_collect(s)
+
+    monkeypatch.setattr(rl_loop, "collect_action", interrupting_collect)
+    with pytest.raises(KeyboardInterrupt, match="at step 34/50.*morl resume"):
+        start_run(load_rl_config(QUICK, [*overrides, f"run.out_dir={tmp_path / 'stopped'}"]), progress=False)
+    monkeypatch.setattr(rl_loop, "collect_action", real_collect)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    (stopped,) = (tmp_path / "stopped").iterdir()
+    assert _final_state(stopped)["step"] == 34
+
+    resume_run(stopped, progress=False)
+    a, b = _final_state(full), _final_state(stopped)
+    assert a["step"] == b["step"] == 50
+    for key in ("agent", "replay", "env", "rng"):
+        _assert_bitwise_equal(a[key], b[key], key)
+
+
+def test_sigterm_to_morl_train_checkpoints_and_exits_130(tmp_path):
+    out_dir = tmp_path / "runs"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "runners.cli", "train", QUICK, *TINY, "run.checkpoint_every=100000",
+           "run.log_every=5", "run.total_steps=100000", f"run.out_dir={out_dir}", "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        while not list(out_dir.glob("*/metrics.jsonl")) or not (next(out_dir.glob("*/metrics.jsonl")).stat().st_size):
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.time() < deadline, "no metrics within 240 s"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "checkpoint" in err and "morl resume" in err
+    (run_dir,) = out_dir.iterdir()
+    assert _final_state(run_dir)["step"] > 0  # written on the way out: no periodic checkpoint was due

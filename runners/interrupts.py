@@ -1,0 +1,50 @@
+"""Ctrl-C / SIGTERM during training: finish the current step, write a checkpoint, then stop.
+
+The first signal only sets a flag, which the training loop reads between two steps, where
+the state is consistent (an env step and its updates are never split). A second signal
+interrupts at once, without a checkpoint. Schedulers send SIGTERM before they kill a job,
+so it gets the same treatment.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from collections.abc import Iterator
+
+
+class StopRequest:
+    """Set by the first SIGINT/SIGTERM; ``requested`` is read by the loop between steps."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.signal_name = ""
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:  # second signal: stop now
+            raise KeyboardInterrupt
+        self.requested = True
+        self.signal_name = signal.Signals(signum).name
+        print(f"\nmorl: {self.signal_name} received: stopping after this step and writing a checkpoint "
+              "(send it again to stop at once, without one)", file=sys.stderr, flush=True)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Training stopped on request after writing a checkpoint; ``str()`` says how to go on."""
+
+
+@contextmanager
+def deferred_stop() -> Iterator[StopRequest]:
+    """Route SIGINT/SIGTERM to a :class:`StopRequest` inside the block (main thread only)."""
+    stop = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop  # signal handlers can only be installed from the main thread
+        return
+    previous = {sig: signal.signal(sig, stop._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
