@@ -212,12 +212,16 @@ class MosT:
         x = x.to(like)
         return x * (self.mass() / x.sum())
 
-    def assign(self, losses: torch.Tensor) -> torch.Tensor:
-        """Transport plan ``Γ [n, m]`` for ``losses [m, n]`` (``losses[j, i] = L_i(θ_j)``)."""
+    def assign(self, losses: torch.Tensor, marginals: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+        """Transport plan ``Γ [n, m]`` for ``losses [m, n]`` (``losses[j, i] = L_i(θ_j)``).
+
+        ``marginals``: ``(α [n], β [m])`` to use instead of :meth:`marginals` of these losses (the
+        official FL code re-solves the OT on predicted losses with the round's marginals, §11.1).
+        """
         if losses.dim() != 2 or losses.shape[0] != self.num_models:
             raise ValueError(f"losses must have shape [m={self.num_models}, n], got {tuple(losses.shape)}")
         cost = losses.detach().T
-        a, b = self.marginals(cost)
+        a, b = self.marginals(cost) if marginals is None else marginals
         plan0 = self.gamma if (self.warm_start and self.gamma is not None and self.gamma.shape == cost.shape) else None
         self.result = transport.solve(cost, a, b, tau=self.tau, method=self.solver, plan0=plan0,
                                       on_violation=self.on_violation, **self.solver_options)

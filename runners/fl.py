@@ -1,9 +1,14 @@
-"""``morl fl CONFIG [key=value ...]``: federated learning with m models, clients as objectives.
+"""``morl fl CONFIG [key=value ...]`` / ``morl fl --resume RUN_DIR``: federated learning with m
+models, clients as objectives.
 
 Writes ``<out_dir>/<name>-<time>/`` with ``config.yaml``, TensorBoard events (``tb/``),
-``metrics.jsonl`` (one line per evaluation), ``checkpoints/last.pt`` and ``summary.json``
-(val-picked test accuracy: mean and worst 20/40/60/80 %, at the last round and at the round
-with the best mean validation accuracy).
+``metrics.jsonl`` (one line per evaluation), ``checkpoints/last.pt`` (every
+``train.checkpoint_every`` rounds and at the end, atomically) and ``summary.json`` (val-picked
+test accuracy: mean and worst 20/40/60/80 %, at the last round and at the round with the best
+mean validation accuracy). ``--resume`` continues from the checkpoint: models, strategy state
+(plan, Γ average, cached stale deltas, switch average, curriculum), round counter, evaluation
+history and the torch RNG; every round's randomness is a function of (seed, round), so a
+resumed run ends exactly where the uninterrupted one does.
 """
 
 from __future__ import annotations
@@ -45,6 +50,13 @@ class MostConfig:
     curriculum_decay: float = 0.995
     topk_ratio: float = 0.1
     warmup_rounds: int = 3
+    # The official code's round (spec §11.1, §11.3 item 6); the defaults are the plain round.
+    sample_fraction: float = 1.0  #: fraction of (model, client) pairs trained per round; the rest stay stale
+    loss_source: Literal["start", "last_epoch"] = "start"  #: OT cost: L_i(θ_j), or the last local epoch's mean loss
+    gamma_momentum: float = 0.0  #: EMA Γ̄ ← μΓ̄ + (1−μ)Γ of the plans used by the MGDA step (0 = off)
+    gamma_average: Literal["ema", "cumulative"] = "ema"  #: cumulative = the code's running mean (ot_ma)
+    gamma_average_start: int = 0  #: plans before averaging starts (the code's sma_start_iter = 100)
+    ot_resolve: int = 0  #: OT re-solves on predicted losses in the MGDA branch (the code's ot_iter = 1)
 
 
 @dataclass
@@ -65,6 +77,7 @@ class TrainConfig:
     local_steps: int = 12
     batch_size: int = 20
     eval_every: int = 10
+    checkpoint_every: int = 10  #: rounds between checkpoints (and always at the end)
     seed: int = 0
 
 
@@ -87,22 +100,35 @@ class FLConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
 
 
+RESUME_KEYS = ("train.rounds", "train.eval_every", "train.checkpoint_every", "engine.num_cpus", "engine.cpus_per_client")
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("config", help="YAML config (see configs/fl_*.yaml)")
+    parser.add_argument("config", nargs="?", help="YAML config (see configs/fl_*.yaml)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.rounds=20 strategy.name=most")
+    parser.add_argument("--resume", metavar="RUN_DIR", default=None,
+                        help=f"continue RUN_DIR from its last checkpoint (overrides may only change {', '.join(RESUME_KEYS)})")
 
 
 def validate(cfg: FLConfig) -> None:
-    t, s, d = cfg.train, cfg.strategy, cfg.data
+    t, s, d, mc = cfg.train, cfg.strategy, cfg.data, cfg.strategy.most
     checks = [
         (t.rounds >= 1, f"train.rounds must be >= 1, got {t.rounds}"),
         (t.lr > 0, f"train.lr must be > 0, got {t.lr}"),
         (0 < t.lr_decay <= 1, f"train.lr_decay must be in (0, 1], got {t.lr_decay}"),
         (t.local_steps >= 1 and t.batch_size >= 1, "train.local_steps and train.batch_size must be >= 1"),
         (t.eval_every >= 1, f"train.eval_every must be >= 1, got {t.eval_every}"),
+        (t.checkpoint_every >= 1, f"train.checkpoint_every must be >= 1, got {t.checkpoint_every}"),
         (s.num_models >= 1, f"strategy.num_models must be >= 1, got {s.num_models}"),
         (s.prox_mu >= 0, f"strategy.prox_mu must be >= 0, got {s.prox_mu}"),
-        (s.most.tau >= 0, f"strategy.most.tau must be >= 0, got {s.most.tau}"),
+        (mc.tau >= 0, f"strategy.most.tau must be >= 0, got {mc.tau}"),
+        (0 < mc.sample_fraction <= 1, f"strategy.most.sample_fraction must be in (0, 1], got {mc.sample_fraction}"),
+        (0 <= mc.gamma_momentum < 1, f"strategy.most.gamma_momentum must be in [0, 1), got {mc.gamma_momentum}"),
+        (mc.gamma_average == "ema" or mc.gamma_momentum == 0,
+         "strategy.most.gamma_momentum applies to gamma_average=ema only; set it to 0 with gamma_average=cumulative"),
+        (mc.gamma_average_start >= 0, f"strategy.most.gamma_average_start must be >= 0, got {mc.gamma_average_start}"),
+        (mc.ot_resolve >= 0, f"strategy.most.ot_resolve must be >= 0, got {mc.ot_resolve}"),
+        (mc.warmup_rounds >= 0, f"strategy.most.warmup_rounds must be >= 0, got {mc.warmup_rounds}"),
         (d.num_clients >= 1, f"data.num_clients must be >= 1, got {d.num_clients}"),
     ]
     for ok, msg in checks:
@@ -126,7 +152,9 @@ def build_strategy(cfg: FLConfig, num_clients: int):
     mc = s.most
     curriculum = CurriculumSchedule(mc.curriculum_direction, decay=mc.curriculum_decay, topk_ratio=mc.topk_ratio) if mc.curriculum else None
     most = MosT(s.num_models, tau=mc.tau, solver=mc.solver, gamma_scale=mc.gamma_scale, update=mc.update, curriculum=curriculum)
-    return S.MosTStrategy(most, warmup_rounds=mc.warmup_rounds, combine=mc.combine)
+    return S.MosTStrategy(most, warmup_rounds=mc.warmup_rounds, combine=mc.combine, sample_fraction=mc.sample_fraction,
+                          gamma_momentum=mc.gamma_momentum, gamma_average=mc.gamma_average,
+                          gamma_average_start=mc.gamma_average_start, ot_resolve=mc.ot_resolve, seed=cfg.train.seed)
 
 
 def build_data(cfg: FLConfig):
@@ -141,13 +169,18 @@ def build_data(cfg: FLConfig):
         raise UserError(f"data: {exc}") from None
 
 
-def run(cfg: FLConfig, run_dir=None, log=print) -> dict:
-    """Train per ``cfg``; with ``run_dir`` write logs/checkpoints there. Returns the summary."""
+def run(cfg: FLConfig, run_dir=None, log=print, resume: bool = False) -> dict:
+    """Train per ``cfg``; with ``run_dir`` write logs/checkpoints there. Returns the summary.
+
+    ``resume=True`` continues ``run_dir`` from ``checkpoints/last.pt``.
+    """
     import torch
 
     from agents.federated.model import build as build_model
     from agents.federated.simulator import Federation, InProcessEngine, LocalConfig
+    from runners.checkpoint import atomic_torch_save, atomic_write_text, torch_load
     from runners.device import resolve_device
+    from runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT, last_checkpoint
 
     validate(cfg)
     device = resolve_device(cfg.device)
@@ -156,69 +189,125 @@ def run(cfg: FLConfig, run_dir=None, log=print) -> dict:
     strategy = build_strategy(cfg, data.num_clients)
     t = cfg.train
     prox = cfg.strategy.prox_mu if cfg.strategy.name == "fedprox" else 0.0
-    local = LocalConfig(t.lr, t.local_steps, t.batch_size, prox, t.lr_decay, t.decay_every)
+    source = cfg.strategy.most.loss_source if cfg.strategy.name == "most" else "start"
+    local = LocalConfig(t.lr, t.local_steps, t.batch_size, prox, t.lr_decay, t.decay_every, source)
     engine_device = device if cfg.engine.name == "inprocess" else torch.device("cpu")
     fed = Federation(model, data, strategy, cfg.strategy.num_models, seed=t.seed, device=engine_device)
+    history: list[dict] = []
+    if resume:
+        state = torch_load(last_checkpoint(run_dir), map_location=engine_device)
+        fed.load_state_dict(state["federation"])
+        history = list(state["history"])
+        fed.seconds = dict(state["seconds"])
+        torch.set_rng_state(state["torch_rng"].cpu())
+        _drop_records_after(run_dir / "metrics.jsonl", fed.round)
+        log(f"resuming {run_dir} at round {fed.round}")
     logger = None
     if run_dir is not None:
         from runners.tensorboard import RunLogger, flatten_config
 
-        logger = RunLogger(run_dir)
-        logger.hparams(flatten_config(asdict(cfg)))
-    history: list[dict] = []
+        logger = RunLogger(run_dir, purge_step=fed.round + 1 if resume else None)
+        if not resume:
+            logger.hparams(flatten_config(asdict(cfg)))
+
+    def checkpoint() -> None:
+        state = {"federation": fed.state_dict(), "history": history, "seconds": dict(fed.seconds),
+                 "torch_rng": torch.get_rng_state(), "round": fed.round}
+        atomic_torch_save(state, run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
 
     def on_round(r: int) -> None:
-        if r % t.eval_every and r != t.rounds:
-            return
-        ev = fed.evaluate()
-        row = {k: float(ev[k]) for k in ("test_mean", "test_worst20", "test_worst40", "test_worst60", "test_worst80", "oracle_test_mean")}
-        row["val_mean"] = float(ev["val_acc"].max(0).values.mean())
-        row["train_loss"] = float(ev["train_loss"].min(0).values.mean())
-        row["model_share"] = ev["model_share"].tolist()
-        history.append({"round": r, **row})
-        log(f"round {r:4d}  test mean {row['test_mean']:.4f}  worst20 {row['test_worst20']:.4f}  val {row['val_mean']:.4f}")
-        if logger is not None:
-            for k, v in row.items():
-                if k != "model_share":
-                    logger.scalar(f"fl/{k}", v, r)
-            logger.record(r, **row)
+        if r % t.eval_every == 0 or r == t.rounds:
+            _evaluate(fed, r, history, logger, log)
+        if run_dir is not None and (r % t.checkpoint_every == 0 or r == t.rounds):
             logger.flush()
+            checkpoint()
 
-    if cfg.engine.name == "inprocess":
-        engine = InProcessEngine(model, fed.data, local, t.seed)
-        while fed.round < t.rounds:
-            fed.run_round(engine)
-            on_round(fed.round)
-    else:
-        try:
-            from agents.federated import flower_engine
-        except ImportError as exc:
-            raise UserError(f"engine.name=flower needs Flower: pip install 'morl[fl]' ({exc})") from None
-        flower_engine.run(fed, local, t.seed, t.rounds, on_round, cfg.engine.num_cpus, cfg.engine.cpus_per_client)
-    best = max(history, key=lambda h: h["val_mean"])
-    summary = {"final": history[-1], "best_val": best, "seconds": dict(fed.seconds), "rounds": fed.round}
-    if run_dir is not None:
-        from runners.checkpoint import atomic_torch_save, atomic_write_text
-
-        atomic_torch_save(fed.state_dict(), run_dir / "checkpoints" / "last.pt")
-        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
-        logger.close()
+    try:
+        if cfg.engine.name == "inprocess":
+            engine = InProcessEngine(model, fed.data, local, t.seed)
+            while fed.round < t.rounds:
+                fed.run_round(engine)
+                on_round(fed.round)
+        elif fed.round < t.rounds:
+            try:
+                from agents.federated import flower_engine
+            except ImportError as exc:
+                raise UserError(f"engine.name=flower needs Flower: pip install 'morl[fl]' ({exc})") from None
+            flower_engine.run(fed, local, t.seed, t.rounds, on_round, cfg.engine.num_cpus, cfg.engine.cpus_per_client)
+        if not history or history[-1]["round"] != fed.round:
+            _evaluate(fed, fed.round, history, logger, log)  # resumed past the configured end
+        best = max(history, key=lambda h: h["val_mean"])
+        summary = {"final": history[-1], "best_val": best, "seconds": dict(fed.seconds), "rounds": fed.round}
+        if run_dir is not None:
+            atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+    finally:
+        if logger is not None:
+            logger.close()
     return summary
 
 
-def main(args) -> int:
-    from runners.config import load_config, save_config
-    from runners.run_dir import new_run_dir
+def _evaluate(fed, r: int, history: list, logger, log) -> None:
+    ev = fed.evaluate()
+    row = {k: float(ev[k]) for k in ("test_mean", "test_worst20", "test_worst40", "test_worst60", "test_worst80", "oracle_test_mean")}
+    row["val_mean"] = float(ev["val_acc"].max(0).values.mean())
+    row["train_loss"] = float(ev["train_loss"].min(0).values.mean())
+    row["model_share"] = ev["model_share"].tolist()
+    history.append({"round": r, **row})
+    log(f"round {r:4d}  test mean {row['test_mean']:.4f}  worst20 {row['test_worst20']:.4f}  val {row['val_mean']:.4f}")
+    if logger is not None:
+        for k, v in row.items():
+            if k != "model_share":
+                logger.scalar(f"fl/{k}", v, r)
+        logger.record(r, **row)
 
-    cfg = load_config(FLConfig, args.config, args.overrides)
+
+def _drop_records_after(path, round_idx: int) -> None:
+    """Forget metrics logged after the checkpoint a resumed run restarts from."""
+    from runners.checkpoint import atomic_write_text
+
+    if path.is_file():
+        keep = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= round_idx]
+        atomic_write_text(path, "".join(line + "\n" for line in keep))
+
+
+def load(args):
+    """``(cfg, run_dir or None)``: the config of a new run or of the run to resume, validated."""
+    from runners.config import load_config
+    from runners.run_dir import CONFIG_FILE, existing_run_dir, last_checkpoint
+
+    if args.resume:
+        run_dir = existing_run_dir(args.resume)
+        extra = list(args.overrides) + ([args.config] if args.config else [])
+        for item in extra:
+            if item.split("=", 1)[0] not in RESUME_KEYS:
+                raise UserError(f"with --resume only {', '.join(RESUME_KEYS)} may be overridden, got {item!r}")
+        cfg = load_config(FLConfig, run_dir / CONFIG_FILE, extra)
+        last_checkpoint(run_dir)
+    else:
+        if args.config is None:
+            raise UserError("give a config file (morl fl CONFIG [key=value ...]) or --resume RUN_DIR")
+        cfg = load_config(FLConfig, args.config, args.overrides)
+        run_dir = None
     validate(cfg)
     from runners.device import resolve_device
 
     resolve_device(cfg.device)
     build_data(cfg)  # fail on bad data options before creating the run directory
-    run_dir = new_run_dir(cfg.out_dir, cfg.name)
-    save_config(cfg, run_dir / "config.yaml")
-    summary = run(cfg, run_dir)
+    return cfg, run_dir
+
+
+def main(args) -> int:
+    from runners.config import save_config
+    from runners.run_dir import CONFIG_FILE, new_run_dir
+
+    if not hasattr(args, "resume"):
+        args.resume = None
+    cfg, run_dir = load(args)
+    resume = run_dir is not None
+    if not resume:
+        run_dir = new_run_dir(cfg.out_dir, cfg.name)
+    save_config(cfg, run_dir / CONFIG_FILE)
+    summary = run(cfg, run_dir, resume=resume)
     f = summary["final"]
     print(f"morl fl: {cfg.strategy.name} on {cfg.data.kind}: test mean {f['test_mean']:.4f}, worst20 {f['test_worst20']:.4f} -> {run_dir}")
     return 0

@@ -1,7 +1,7 @@
 """``morl resume RUN_DIR [key=value ...]``: continue a run from ``checkpoints/last.pt``.
 
-Works for the RL runs of ``morl train`` and the supervised runs of ``morl supervised``; the
-kind is read from the run's own ``config.yaml``.
+Works for the RL runs of ``morl train``, the supervised runs of ``morl supervised`` and the
+federated runs of ``morl fl``; the kind is read from the run's own ``config.yaml``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("run_dir", help="a run directory written by `morl train` or `morl supervised`")
+    parser.add_argument("run_dir", help="a run directory written by `morl train`, `morl supervised` or `morl fl`")
     parser.add_argument(
         "overrides", nargs="*", metavar="key=value",
         help="change settings that do not alter the learner, e.g. run.total_steps=3000000 run.device=cuda (RL) or epochs=60 (supervised)",
@@ -26,7 +26,19 @@ def _is_supervised(run_dir) -> bool:
     return "data" in cfg and "epochs" in cfg
 
 
+def _is_federated(run_dir) -> bool:
+    from runners.config import read_yaml
+    from runners.run_dir import CONFIG_FILE, existing_run_dir
+
+    cfg = read_yaml(existing_run_dir(run_dir) / CONFIG_FILE)
+    return "strategy" in cfg and "engine" in cfg
+
+
 def main(args) -> int:
+    if _is_federated(args.run_dir):
+        from runners import fl
+
+        return fl.main(argparse.Namespace(config=None, overrides=args.overrides, resume=args.run_dir))
     if _is_supervised(args.run_dir):
         from runners import supervised
 

@@ -39,12 +39,14 @@ def _client_reply(model: FlatClassifier, data: FederatedData, local: LocalConfig
     cfg = msg.content["config"]
     round_idx = int(cfg["round"])
     thetas = torch.from_numpy(msg.content["models"].to_numpy_ndarrays()[0].copy())
-    m = thetas.shape[0]
-    # The whole round's noise is a function of (seed, round); this client takes its own row.
+    m = int(cfg["num-models"])
+    # The whole round's noise is a function of (seed, round); this client takes its own row and,
+    # under pair sampling, the rows of the models it was sent.
     noise = fl_client.round_noise(seed, round_idx, data.num_clients, m, local.steps, local.batch_size)[pid]
+    noise = noise[torch.tensor(list(cfg["model-idx"]), dtype=torch.long)]
     tr = data.train
     deltas, losses = fl_client.client_update(model, thetas, tr.x[pid], tr.y[pid], tr.count[pid], noise,
-                                             local.lr_at(round_idx), local.prox_mu)
+                                             local.lr_at(round_idx), local.prox_mu, local.loss_source)
     content = RecordDict({
         "result": ArrayRecord([deltas.numpy(), losses.numpy()]),
         "meta": ConfigRecord({"partition-id": pid}),
@@ -61,6 +63,7 @@ class FlowerEngine:
         self.num_clients, self.timeout = num_clients, timeout
         self.grid: Grid | None = None
         self.node_ids: list[int] = []
+        self.partition_of: dict[int, int] = {}  # node id -> partition id, from the replies
 
     def attach(self, grid: Grid, wait_s: float = 120.0) -> None:
         # Virtual nodes register asynchronously: wait until all of them are there.
@@ -74,28 +77,46 @@ class FlowerEngine:
             raise RuntimeError(f"only {len(ids)} of {self.num_clients} Flower nodes registered within {wait_s:.0f} s")
         self.grid, self.node_ids = grid, ids
 
-    def client_work(self, round_idx: int, thetas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def client_work(self, round_idx: int, thetas: torch.Tensor,
+                    pairs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """As the in-process engine: with a mask ``pairs [m, n]`` each node gets only the models
+        sampled for it (nodes with none get no message) and the other pairs come back as zeros."""
         if self.grid is None:
             raise RuntimeError("FlowerEngine is not attached to a Flower grid (use agents.federated.flower_engine.run)")
-        models = ArrayRecord([thetas.detach().cpu().numpy()])
-        config = ConfigRecord({"round": round_idx})
-        messages = [self.grid.create_message(RecordDict({"models": models, "config": config}), MESSAGE_TYPE, node, str(round_idx))
-                    for node in self.node_ids]
+        m, n = thetas.shape[0], self.num_clients
+        host = thetas.detach().cpu()
+        if pairs is None or len(self.partition_of) < n:
+            # Every pair (the strategy keeps only the sampled ones). Which node holds which
+            # partition is learnt from the replies, so the first round always goes to all.
+            wanted = {node: list(range(m)) for node in self.node_ids}
+        else:
+            wanted = {node: pairs[:, self.partition_of[node]].nonzero().flatten().tolist() for node in self.node_ids}
+        messages = []
+        for node in self.node_ids:
+            if not wanted[node]:
+                continue
+            content = RecordDict({
+                "models": ArrayRecord([host[wanted[node]].numpy()]),
+                "config": ConfigRecord({"round": round_idx, "num-models": m, "model-idx": wanted[node]}),
+            })
+            messages.append(self.grid.create_message(content, MESSAGE_TYPE, node, str(round_idx)))
         replies = list(self.grid.send_and_receive(messages, timeout=self.timeout))
         errors = [r.error for r in replies if r.has_error()]
-        if errors or len(replies) != self.num_clients:
-            raise RuntimeError(f"Flower round {round_idx}: {len(replies)}/{self.num_clients} replies; errors: {errors[:3]}")
-        deltas = [None] * self.num_clients
-        losses = [None] * self.num_clients
+        if errors or len(replies) != len(messages):
+            raise RuntimeError(f"Flower round {round_idx}: {len(replies)}/{len(messages)} replies; errors: {errors[:3]}")
+        deltas = np.zeros((m, n, host.shape[1]), dtype=host.numpy().dtype)
+        losses = np.zeros((m, n), dtype=deltas.dtype)
+        seen = set()
         for r in replies:
-            pid = int(r.content["meta"]["partition-id"])
+            pid, node = int(r.content["meta"]["partition-id"]), r.metadata.src_node_id
+            self.partition_of[node] = pid
             d, l = r.content["result"].to_numpy_ndarrays()
-            deltas[pid], losses[pid] = d, l
-        if any(d is None for d in deltas):
+            deltas[wanted[node], pid], losses[wanted[node], pid] = d, l
+            seen.add(pid)
+        if len(seen) != len(messages):
             raise RuntimeError(f"Flower round {round_idx}: duplicate or missing partition ids in the replies")
         dev = thetas.device
-        return (torch.from_numpy(np.stack(deltas, axis=1)).to(dev, thetas.dtype),
-                torch.from_numpy(np.stack(losses, axis=1)).to(dev, thetas.dtype))
+        return (torch.from_numpy(deltas).to(dev, thetas.dtype), torch.from_numpy(losses).to(dev, thetas.dtype))
 
     def close(self) -> None:
         self.grid = None

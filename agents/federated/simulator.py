@@ -31,6 +31,7 @@ class LocalConfig:
     prox_mu: float = 0.0
     lr_decay: float = 1.0  #: lr multiplied by this every ``decay_every`` rounds
     decay_every: int = 10
+    loss_source: str = "start"  #: "start" (L_i(θ_j)) or "last_epoch" (official MosT code, spec §11.1)
 
     def lr_at(self, round_idx: int) -> float:
         return self.lr * self.lr_decay ** (round_idx // max(1, self.decay_every))
@@ -44,12 +45,20 @@ class InProcessEngine:
     def __init__(self, model: FlatClassifier, data: FederatedData, local: LocalConfig, seed: int) -> None:
         self.model, self.data, self.local, self.seed = model, data, local, seed
 
-    def client_work(self, round_idx: int, thetas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        tr = self.data.train
+    def client_work(self, round_idx: int, thetas: torch.Tensor,
+                    pairs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(deltas [m, n, P], losses [m, n])``; with a mask ``pairs [m, n]`` only those pairs
+        are computed (one vmap over them) and the others are zero."""
+        tr, local = self.data.train, self.local
         noise = fl_client.round_noise(self.seed, round_idx, self.data.num_clients, thetas.shape[0],
-                                      self.local.steps, self.local.batch_size, thetas.device)
-        return fl_client.all_clients_update(self.model, thetas, tr.x, tr.y, tr.count, noise,
-                                            self.local.lr_at(round_idx), self.local.prox_mu)
+                                      local.steps, local.batch_size, thetas.device)
+        if pairs is None:
+            return fl_client.all_clients_update(self.model, thetas, tr.x, tr.y, tr.count, noise,
+                                                local.lr_at(round_idx), local.prox_mu, local.loss_source)
+        # The mask is drawn on the host by the strategy, so its indices cost no device sync.
+        model_idx, client_idx = (i.to(thetas.device) for i in pairs.cpu().nonzero(as_tuple=True))
+        return fl_client.pairs_update(self.model, thetas, tr.x, tr.y, tr.count, noise, local.lr_at(round_idx),
+                                      local.prox_mu, local.loss_source, model_idx, client_idx)
 
     def close(self) -> None:
         pass
@@ -58,7 +67,10 @@ class InProcessEngine:
 class Federation:
     """m global models trained by a strategy over the clients of ``data``.
 
-    ``engine`` supplies ``client_work(round, thetas) -> (deltas [m, n, P], losses [m, n])``.
+    ``engine`` supplies ``client_work(round, thetas[, pairs]) -> (deltas [m, n, P], losses [m, n])``.
+    A strategy with ``sample_pairs(round, m, n)`` (MosT with ``sample_fraction < 1``) picks the
+    (model, client) pairs trained each round; the engine computes only those, and the strategy
+    fills in the others from its cache of stale results.
     """
 
     def __init__(self, model: FlatClassifier, data: FederatedData, strategy, num_models: int, seed: int = 0,
@@ -71,9 +83,16 @@ class Federation:
 
     def run_round(self, engine) -> None:
         t0 = time.perf_counter()
-        deltas, losses = engine.client_work(self.round, self.thetas)
-        t1 = time.perf_counter()
-        update = self.strategy.aggregate(deltas, losses, self.data.train.count)
+        sampler = getattr(self.strategy, "sample_pairs", None)
+        pairs = None if sampler is None else sampler(self.round, self.thetas.shape[0], self.data.num_clients)
+        if pairs is None:
+            deltas, losses = engine.client_work(self.round, self.thetas)
+            t1 = time.perf_counter()
+            update = self.strategy.aggregate(deltas, losses, self.data.train.count)
+        else:
+            deltas, losses = engine.client_work(self.round, self.thetas, pairs)
+            t1 = time.perf_counter()
+            update = self.strategy.aggregate(deltas, losses, self.data.train.count, fresh=pairs)
         self.thetas = self.thetas - update.to(self.thetas)
         self.round += 1
         t2 = time.perf_counter()
