@@ -26,7 +26,7 @@ EXACT_MAX_K = 10
 RIDGE = 1e-12
 
 
-def _supports(k: int, device: torch.device) -> torch.Tensor:
+def support_masks(k: int, device: torch.device) -> torch.Tensor:
     """All 2^k − 1 non-empty supports as a float64 mask matrix ``[S, k]``."""
     idx = torch.arange(1, 2**k, device=device)
     return ((idx.unsqueeze(-1) >> torch.arange(k, device=device)) & 1).to(torch.float64)
@@ -42,7 +42,7 @@ def min_norm_exact(gram: torch.Tensor) -> torch.Tensor:
     k = gram.shape[-1]
     g = gram.to(torch.float64)
     g = g / gram_scale(g)
-    m = _supports(k, g.device)  # [S, K]
+    m = support_masks(k, g.device)  # [S, K]
     eye = torch.eye(k, dtype=g.dtype, device=g.device)
     g_ = (g + RIDGE * eye).unsqueeze(-3)  # [..., 1, K, K]
     a = m[:, :, None] * g_ * m[:, None, :] + torch.diag_embed(1 - m)  # [..., S, K, K]

@@ -1,0 +1,64 @@
+"""CAGrad's exact dual (support enumeration, K ≤ 10) against the iterative solver and cvxpy."""
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import torch
+
+from morl.aggregators.cagrad import cagrad_dual_exact, cagrad_dual_weights
+
+
+def _dual_objective(gram: torch.Tensor, w: torch.Tensor, c: float) -> float:
+    b = gram.mean(-1)
+    r = c * b.mean().clamp(min=0).sqrt()
+    return float((w * b).sum() + r * (w @ gram @ w).clamp(min=0).sqrt())
+
+
+def _instances(seed: int):
+    """Random, correlated, rank-deficient (D < K), repeated-row, zero-row and all-opposed Gramians."""
+    gen = torch.Generator().manual_seed(seed)
+    for i in range(40):
+        k = 2 + i % 9
+        d = (3, k, 40)[i % 3]
+        j = torch.randn(k, d, generator=gen, dtype=torch.float64) + (0.0, 0.5, 2.0)[i % 3] * torch.randn(1, d, generator=gen, dtype=torch.float64)
+        if i % 5 == 0:
+            j[1] = j[0]
+        if i % 7 == 0:
+            j[-1] = 0.0
+        gram = j @ j.T
+        yield gram / gram.diagonal().max()
+
+
+@pytest.mark.parametrize("c", [0.1, 0.5, 0.9])
+def test_exact_dual_is_never_worse_than_the_iterative_solver(c):
+    for gram in _instances(0):
+        _, w_exact = cagrad_dual_exact(gram, c)
+        _, w_iter = cagrad_dual_weights(gram, c, max_iter=3000, tol=1e-14)
+        assert w_exact.min() >= 0 and abs(float(w_exact.sum()) - 1) < 1e-12
+        assert _dual_objective(gram, w_exact, c) <= _dual_objective(gram, w_iter, c) + 1e-7
+
+
+@pytest.mark.parametrize("k", [3, 6, 10])
+def test_exact_dual_matches_cvxpy(k):
+    gen = torch.Generator().manual_seed(k)
+    j = torch.randn(k, 4 * k, generator=gen, dtype=torch.float64) + 0.4 * torch.randn(1, 4 * k, generator=gen, dtype=torch.float64)
+    gram = j @ j.T
+    gram = gram / gram.diagonal().max()
+    _, w = cagrad_dual_exact(gram, 0.9)
+    jn = j.numpy() / np.sqrt(float(torch.diagonal(j @ j.T).max()))
+    g0 = jn.mean(0)
+    x = cp.Variable(k)
+    problem = cp.Problem(cp.Minimize(x @ (jn @ g0) + 0.9 * np.linalg.norm(g0) * cp.norm(jn.T @ x)), [x >= 0, cp.sum(x) == 1])
+    problem.solve()
+    assert abs(_dual_objective(gram, w, 0.9) - problem.value) <= 1e-6
+    assert _dual_objective(gram, w, 0.9) <= problem.value + 1e-9 or np.allclose(w.numpy(), x.value, atol=1e-4)
+
+
+def test_c_zero_and_a_single_task_give_finite_weights():
+    gram = torch.tensor([[1.0, -0.5], [-0.5, 0.8]], dtype=torch.float64)
+    weights, w = cagrad_dual_exact(gram, 0.0)
+    torch.testing.assert_close(weights, torch.full((2,), 0.5, dtype=torch.float64))  # c = 0: the mean
+    assert torch.isfinite(w).all()
+    weights, w = cagrad_dual_exact(torch.ones(1, 1, dtype=torch.float64), 0.5)
+    torch.testing.assert_close(w, torch.ones(1, dtype=torch.float64))
+    torch.testing.assert_close(weights, torch.full((1,), 1.5, dtype=torch.float64))  # g0 + c‖g0‖ g/‖g‖
