@@ -180,7 +180,7 @@ def run(cfg: FLConfig, run_dir=None, log=print, resume: bool = False) -> dict:
     from agents.federated.simulator import Federation, InProcessEngine, LocalConfig
     from runners.checkpoint import atomic_torch_save, atomic_write_text, torch_load
     from runners.device import resolve_device
-    from runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT, last_checkpoint
+    from runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT, drop_records_after, last_checkpoint
 
     validate(cfg)
     device = resolve_device(cfg.device)
@@ -200,7 +200,7 @@ def run(cfg: FLConfig, run_dir=None, log=print, resume: bool = False) -> dict:
         history = list(state["history"])
         fed.seconds = dict(state["seconds"])
         torch.set_rng_state(state["torch_rng"].cpu())
-        _drop_records_after(run_dir / "metrics.jsonl", fed.round)
+        drop_records_after(run_dir / "metrics.jsonl", fed.round)
         log(f"resuming {run_dir} at round {fed.round}")
     logger = None
     if run_dir is not None:
@@ -261,33 +261,11 @@ def _evaluate(fed, r: int, history: list, logger, log) -> None:
         logger.record(r, **row)
 
 
-def _drop_records_after(path, round_idx: int) -> None:
-    """Forget metrics logged after the checkpoint a resumed run restarts from."""
-    from runners.checkpoint import atomic_write_text
-
-    if path.is_file():
-        keep = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= round_idx]
-        atomic_write_text(path, "".join(line + "\n" for line in keep))
-
-
 def load(args):
     """``(cfg, run_dir or None)``: the config of a new run or of the run to resume, validated."""
-    from runners.config import load_config
-    from runners.run_dir import CONFIG_FILE, existing_run_dir, last_checkpoint
+    from runners.run_dir import config_or_resume
 
-    if args.resume:
-        run_dir = existing_run_dir(args.resume)
-        extra = list(args.overrides) + ([args.config] if args.config else [])
-        for item in extra:
-            if item.split("=", 1)[0] not in RESUME_KEYS:
-                raise UserError(f"with --resume only {', '.join(RESUME_KEYS)} may be overridden, got {item!r}")
-        cfg = load_config(FLConfig, run_dir / CONFIG_FILE, extra)
-        last_checkpoint(run_dir)
-    else:
-        if args.config is None:
-            raise UserError("give a config file (morl fl CONFIG [key=value ...]) or --resume RUN_DIR")
-        cfg = load_config(FLConfig, args.config, args.overrides)
-        run_dir = None
+    cfg, run_dir = config_or_resume(FLConfig, args, RESUME_KEYS, "fl")
     validate(cfg)
     from runners.device import resolve_device
 

@@ -61,7 +61,7 @@ def resume_run(run_dir: str | Path, overrides: list[str] | None = None, progress
     from runners.config import save_config
     from runners.rl_loop import train
     from runners.rl_session import build_session, load_session_state
-    from runners.run_dir import CONFIG_FILE, existing_run_dir, last_checkpoint
+    from runners.run_dir import CONFIG_FILE, drop_records_after, existing_run_dir, last_checkpoint
     from runners.tensorboard import RunLogger
 
     run_dir = existing_run_dir(run_dir)
@@ -74,7 +74,7 @@ def resume_run(run_dir: str | Path, overrides: list[str] | None = None, progress
         return run_dir
     if overrides:
         save_config(cfg, run_dir / CONFIG_FILE)
-    _truncate_metrics(run_dir / "metrics.jsonl", session.step)
+    drop_records_after(run_dir / "metrics.jsonl", session.step)
     print(f"morl: resuming {run_dir} at step {session.step}/{cfg.run.total_steps}", flush=True)
     # purge_step drops TensorBoard events logged after the checkpoint (they will be redone).
     logger = RunLogger(run_dir, purge_step=session.step + 1)
@@ -84,16 +84,6 @@ def resume_run(run_dir: str | Path, overrides: list[str] | None = None, progress
         logger.close()
     _print_result(result)
     return run_dir
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop metrics.jsonl lines written after the checkpoint, so the resumed run does not repeat them."""
-    from runners.checkpoint import atomic_write_text
-
-    if not path.is_file():
-        return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
-    atomic_write_text(path, "".join(line + "\n" for line in kept))
 
 
 def evaluate_run(run_dir: str | Path, checkpoint: str | None = None, episodes: int | None = None, device: str | None = None) -> dict[str, Any]:

@@ -32,23 +32,11 @@ RESUME_KEYS = ("epochs", "eval_every", "checkpoint_every")
 
 def load(args):
     """Validate everything (config, dataset, aggregator, ordering, baseline) before writing anything."""
-    from runners.config import load_config
-    from runners.run_dir import CONFIG_FILE, existing_run_dir, last_checkpoint
+    from runners.run_dir import config_or_resume, last_checkpoint
     from runners.supervised_config import SupervisedConfig
 
-    if args.resume:
-        run_dir = existing_run_dir(args.resume)
-        extra = list(args.overrides) + ([args.config] if args.config else [])
-        for item in extra:
-            if item.split("=", 1)[0] not in RESUME_KEYS:
-                raise UserError(f"with --resume only {', '.join(RESUME_KEYS)} may be overridden, got {item!r}")
-        cfg = load_config(SupervisedConfig, run_dir / CONFIG_FILE, extra)
-        checkpoint = last_checkpoint(run_dir)
-    else:
-        if args.config is None:
-            raise UserError("give a config file (morl supervised CONFIG [key=value ...]) or --resume RUN_DIR")
-        cfg = load_config(SupervisedConfig, args.config, args.overrides)
-        run_dir, checkpoint = None, None
+    cfg, run_dir = config_or_resume(SupervisedConfig, args, RESUME_KEYS, "supervised")
+    checkpoint = None if run_dir is None else last_checkpoint(run_dir)
     for key in ("epochs", "batch_size", "eval_every", "checkpoint_every"):
         if getattr(cfg, key) < 1:
             raise UserError(f"{key} must be >= 1, got {getattr(cfg, key)}")
@@ -139,7 +127,7 @@ def main(args) -> int:
     from runners.checkpoint import atomic_torch_save, atomic_write_text, torch_load
     from runners.config import save_config, to_dict
     from runners.device import resolve_device
-    from runners.run_dir import CHECKPOINT_DIR, CONFIG_FILE, LAST_CHECKPOINT, new_run_dir
+    from runners.run_dir import CHECKPOINT_DIR, CONFIG_FILE, LAST_CHECKPOINT, drop_records_after, new_run_dir
     from runners.tensorboard import RunLogger, flatten_config
 
     cfg, run_dir, checkpoint, baseline = load(args)
@@ -160,7 +148,7 @@ def main(args) -> int:
         random.setstate(state["python_rng"])
         start_epoch = int(state["epoch"])
         save_config(cfg, run_dir / CONFIG_FILE)
-        _drop_records_after(run_dir / "metrics.jsonl", start_epoch)
+        drop_records_after(run_dir / "metrics.jsonl", start_epoch)
     else:
         run_dir = new_run_dir(cfg.out_dir, cfg.name)
         save_config(cfg, run_dir / CONFIG_FILE)
@@ -205,15 +193,6 @@ def main(args) -> int:
     finally:
         logger.close()
     return 0
-
-
-def _drop_records_after(path: Path, epoch: int) -> None:
-    """Forget metrics logged after the checkpoint a resumed run restarts from."""
-    from runners.checkpoint import atomic_write_text
-
-    if path.is_file():
-        keep = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= epoch]
-        atomic_write_text(path, "".join(line + "\n" for line in keep))
 
 
 def _finite(obj):

@@ -4,32 +4,17 @@ resumed ends bitwise equal to the uninterrupted run (models, strategy state, met
 import json
 
 import pytest
-import torch
 
 from agents.federated import simulator
 from runners.checkpoint import torch_load
 from runners.cli import main as morl
+from state_equality import assert_state_equal
 
 # The official round exercises every piece of resumable state: pair sampling with cached stale
 # deltas, the cumulative Γ average, the switch's avg_S, the curriculum, the OT warm start.
 ARGS = ["configs/fl_most_official.yaml", "device=cpu", "data.num_clients=8", "strategy.num_models=3",
         "train.local_steps=3", "train.rounds=9", "train.eval_every=2", "train.checkpoint_every=3",
         "strategy.most.warmup_rounds=1", "strategy.most.sample_fraction=0.25", "strategy.most.gamma_average_start=4"]
-
-
-def _assert_equal(a, b, path="state"):
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), f"{path} differs"
-    elif isinstance(a, dict):
-        assert set(a) == set(b), f"{path} keys differ"
-        for k in a:
-            _assert_equal(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), f"{path} lengths differ"
-        for i, (x, y) in enumerate(zip(a, b)):
-            _assert_equal(x, y, f"{path}[{i}]")
-    else:
-        assert a == b, f"{path} differs: {a!r} != {b!r}"
 
 
 def test_interrupted_fl_run_resumes_to_the_same_end(tmp_path, monkeypatch, capsys):
@@ -56,8 +41,8 @@ def test_interrupted_fl_run_resumes_to_the_same_end(tmp_path, monkeypatch, capsy
     assert f"resuming {crashed} at round 6" in capsys.readouterr().out
     a, b = (torch_load(d / "checkpoints" / "last.pt") for d in (full, crashed))
     assert a["round"] == b["round"] == 9
-    _assert_equal(a["federation"], b["federation"], "federation")
-    _assert_equal(a["history"], b["history"], "history")
+    assert_state_equal(a["federation"], b["federation"], "federation")
+    assert_state_equal(a["history"], b["history"], "history")
     assert len(a["federation"]["strategy"]["branches"]) == 8
     assert a["federation"]["strategy"]["cache_deltas"] is not None and a["federation"]["strategy"]["gamma_count"] > 0
     lines = [(d / "metrics.jsonl").read_text().splitlines() for d in (full, crashed)]

@@ -16,6 +16,7 @@ import runners.rl_loop as rl_loop
 from runners.cli import main as morl
 from runners.rl_config import load_rl_config
 from runners.rl_runs import resume_run, start_run
+from state_equality import assert_state_equal
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = str(ROOT / "configs" / "quickstart_point_mass.yaml")
@@ -27,23 +28,6 @@ TINY = [
 
 def _final_state(run_dir: Path) -> dict:
     return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
-
-
-def _assert_bitwise_equal(a, b, path="state"):
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), f"{path} differs"
-    elif isinstance(a, dict):
-        assert set(a) == set(b), f"{path} keys differ"
-        for k in a:
-            _assert_bitwise_equal(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), f"{path} lengths differ"
-        for i, (x, y) in enumerate(zip(a, b)):
-            _assert_bitwise_equal(x, y, f"{path}[{i}]")
-    elif hasattr(a, "shape"):  # numpy
-        assert (a == b).all(), f"{path} differs"
-    else:
-        assert a == b, f"{path} differs: {a!r} != {b!r}"
 
 
 @pytest.mark.parametrize("aggregator", ["moco"])
@@ -72,7 +56,7 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(aggregator, tm
     a, b = _final_state(full), _final_state(crashed)
     assert a["step"] == b["step"] == 50 and a["updates"] == b["updates"] == 40
     for key in ("agent", "replay", "env", "rng"):
-        _assert_bitwise_equal(a[key], b[key], key)
+        assert_state_equal(a[key], b[key], key)
     # the resumed run's metrics continue the same record: one line per log/eval point, no repeats
     steps = [(x["kind"], x["step"]) for x in map(json.loads, (crashed / "metrics.jsonl").read_text().splitlines())]
     assert len(steps) == len(set(steps))
@@ -145,7 +129,7 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_equals_the_uninterrupted_run(tmp_
     a, b = _final_state(full), _final_state(stopped)
     assert a["step"] == b["step"] == 50
     for key in ("agent", "replay", "env", "rng"):
-        _assert_bitwise_equal(a[key], b[key], key)
+        assert_state_equal(a[key], b[key], key)
 
 
 def test_sigterm_to_morl_train_checkpoints_and_exits_130(tmp_path):
