@@ -1,9 +1,14 @@
-"""``morl prompt CONFIG [key=value ...]``: a mixture of soft prompts trained with MosT (or baselines).
+"""``morl prompt CONFIG [key=value ...]`` / ``morl prompt --resume RUN_DIR``: a mixture of soft
+prompts trained with MosT (or baselines).
 
 Top to bottom: load and validate everything -> tokenise the splits once -> per step sample
 ``n`` training instances (the objectives), one batched forward of all ``m`` prompts, weights
 by MosT / MGDA / linearisation, one backward, Adam step -> evaluate and checkpoint -> at the
 end fit the dispatcher on the training assignment and report routed test accuracy.
+
+``--resume`` continues from ``checkpoints/last.pt``: prompts, heads, Adam state, MosT's plan and
+curriculum, the step counter, the batch/linearisation generator and torch's RNG; the run then
+ends bit for bit where the uninterrupted one does.
 """
 
 from __future__ import annotations
@@ -14,21 +19,26 @@ import time
 from runners.errors import UserError
 
 FINAL_METRICS = "final_metrics.json"
+# Settings a resumed run may change: none of them alters what the learner computes.
+RESUME_KEYS = ("steps", "eval_every", "checkpoint_every", "threads")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("config", help="YAML config (e.g. configs/prompt_most.yaml)")
+    parser.add_argument("config", nargs="?", help="YAML config (e.g. configs/prompt_most.yaml)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. steps=20 encoder=tiny method=mgda")
+    parser.add_argument("--resume", metavar="RUN_DIR", default=None,
+                        help=f"continue RUN_DIR from its last checkpoint (overrides may only change {', '.join(RESUME_KEYS)})")
 
 
 def load(args):
-    """Config, data, encoder: every check before anything is written."""
+    """Config (new, or the run's own on ``--resume``), run dir or None, data, encoder: every
+    check before anything is written."""
     from agents.prompts.encoder import load_encoder
     from envs.text_data import load_text_data
-    from runners.config import load_config
     from runners.prompt_config import PromptConfig
+    from runners.run_dir import config_or_resume
 
-    cfg = load_config(PromptConfig, args.config, args.overrides)
+    cfg, run_dir = config_or_resume(PromptConfig, args, RESUME_KEYS, "prompt")
     if cfg.threads < 0:
         raise UserError(f"threads must be >= 0 (0 = torch's default), got {cfg.threads}")
     for key in ("steps", "batch_size", "inner_steps", "eval_every", "checkpoint_every", "max_length"):
@@ -56,7 +66,7 @@ def load(args):
             raise UserError(f"encoder_layers must be in 1..{len(layers) if layers is not None else '?'} for this encoder "
                             f"(BERT-style encoders only), got {cfg.encoder_layers}")
         del layers[cfg.encoder_layers:]
-    return cfg, data, encoder, tokenizer
+    return cfg, run_dir, data, encoder, tokenizer
 
 
 def evaluate(mixture, ids, mask, labels, chunk: int = 128):
@@ -121,16 +131,37 @@ def fit_dispatcher(cfg, mixture, encoder, split_ids, train_losses, device):
     return disp, emb, keys, targets
 
 
+def restore(cfg, run_dir, trainer, device) -> int | None:
+    """Load ``run_dir``'s checkpoint into ``trainer`` and torch's RNG; returns its step, or None
+    when the run has already finished at ``cfg.steps`` (nothing to do)."""
+    import torch
+
+    from runners.checkpoint import torch_load
+    from runners.run_dir import last_checkpoint
+
+    state = torch_load(last_checkpoint(run_dir), map_location=device)
+    done = int(state["step"])
+    if done > cfg.steps:
+        raise UserError(f"steps={cfg.steps} is below the checkpoint's step {done}; give steps >= {done}")
+    if done == cfg.steps and (run_dir / FINAL_METRICS).is_file():
+        return None
+    trainer.load_state_dict(state)
+    torch.set_rng_state(state["torch_rng"].cpu())
+    return done
+
+
 def main(args) -> int:
     import torch
 
     from runners.checkpoint import atomic_torch_save, atomic_write_text
     from runners.config import save_config, to_dict
     from runners.device import resolve_device
-    from runners.run_dir import CHECKPOINT_DIR, CONFIG_FILE, LAST_CHECKPOINT, new_run_dir
+    from runners.run_dir import CHECKPOINT_DIR, CONFIG_FILE, LAST_CHECKPOINT, drop_records_after, new_run_dir
     from runners.tensorboard import RunLogger, flatten_config
 
-    cfg, data, encoder, tokenizer = load(args)
+    if not hasattr(args, "resume"):
+        args.resume = None
+    cfg, run_dir, data, encoder, tokenizer = load(args)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
@@ -139,17 +170,33 @@ def main(args) -> int:
     split_ids = {s: tuple(t.to(device) for t in tokenize(tokenizer, data.texts[s], cfg.max_length)) for s in data.texts}
     labels = {s: torch.tensor(data.labels[s], device=device) for s in data.labels}
     mixture, trainer, gen = build(cfg, data, encoder, device)
-    run_dir = new_run_dir(cfg.out_dir, cfg.name)
-    save_config(cfg, run_dir / CONFIG_FILE)
-    logger = RunLogger(run_dir)
-    logger.hparams(flatten_config(to_dict(cfg)))
+    start = 0
+    if run_dir is not None:
+        start = restore(cfg, run_dir, trainer, device)
+        if start is None:
+            print(f"morl prompt: {run_dir} already finished at step {cfg.steps}; give steps=N (N > {cfg.steps}) to train longer")
+            return 0
+        save_config(cfg, run_dir / CONFIG_FILE)
+        drop_records_after(run_dir / "metrics.jsonl", start)
+        print(f"resuming {run_dir} at step {start}", flush=True)
+    else:
+        run_dir = new_run_dir(cfg.out_dir, cfg.name)
+        save_config(cfg, run_dir / CONFIG_FILE)
+    logger = RunLogger(run_dir, purge_step=start + 1 if start else None)
+    if not start:
+        logger.hparams(flatten_config(to_dict(cfg)))
     names = [f"prompt{j}" for j in range(cfg.prompts.num)]
     n_train = labels["train"].shape[0]
     print(f"morl prompt: method={cfg.method}, encoder={cfg.encoder}, m={cfg.prompts.num} prompts x {cfg.prompts.length} tokens, "
           f"n={cfg.batch_size} instances/step, {cfg.steps} steps, run dir {run_dir}", flush=True)
+
+    def checkpoint(step: int, torch_rng, **extra) -> None:
+        state = {**trainer.state_dict(), "step": step, "torch_rng": torch_rng, **extra}
+        atomic_torch_save(state, run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
+
     t0 = time.time()
     try:
-        for step in range(1, cfg.steps + 1):
+        for step in range(start + 1, cfg.steps + 1):
             idx = torch.randperm(n_train, generator=gen)[:cfg.batch_size].to(device)
             ids, mask = (t[idx] for t in split_ids["train"])
             try:
@@ -169,15 +216,14 @@ def main(args) -> int:
                 print(f"step {step:4d}/{cfg.steps}  train loss {float(out['losses'].mean()):.4f}  val acc per prompt "
                       + " ".join(f"{a:.3f}" for a in val["prompt_acc"]) + f"  oracle {val['oracle_acc']:.3f}  ({time.time() - t0:.1f}s)", flush=True)
             if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-                state = {"mixture": mixture.state_dict(), "optimizer": trainer.optimizer.state_dict(), "step": step,
-                         "generator": gen.get_state(), "torch_rng": torch.get_rng_state()}
-                atomic_torch_save(state, run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
+                checkpoint(step, torch.get_rng_state())
                 logger.flush()
+        # The RNG as training left it (fitting the dispatcher reseeds torch), so that a finished
+        # run resumed with more steps continues exactly as a longer run would.
+        torch_rng = torch.get_rng_state()
         final = finish(cfg, data, mixture, encoder, split_ids, labels, device)
         final["seconds"] = time.time() - t0
-        state = {"mixture": mixture.state_dict(), "optimizer": trainer.optimizer.state_dict(), "step": cfg.steps,
-                 "generator": gen.get_state(), "torch_rng": torch.get_rng_state(), "dispatcher": final.pop("_dispatcher")}
-        atomic_torch_save(state, run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
+        checkpoint(cfg.steps, torch_rng, dispatcher=final.pop("_dispatcher"))
         for key in ("routed_acc", "oracle_acc", "best_single_acc"):
             logger.scalar(f"test/{key}", final["test"][key], cfg.steps)
         atomic_write_text(run_dir / FINAL_METRICS, json.dumps(final, indent=2))

@@ -1,7 +1,8 @@
 """``morl resume RUN_DIR [key=value ...]``: continue a run from ``checkpoints/last.pt``.
 
-Works for the RL runs of ``morl train``, the supervised runs of ``morl supervised`` and the
-federated runs of ``morl fl``; the kind is read from the run's own ``config.yaml``.
+Works for the RL runs of ``morl train``, the supervised runs of ``morl supervised``, the
+federated runs of ``morl fl`` and the mixture-of-prompts runs of ``morl prompt``; the kind is
+read from the run's own ``config.yaml``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("run_dir", help="a run directory written by `morl train`, `morl supervised` or `morl fl`")
+    parser.add_argument("run_dir", help="a run directory written by `morl train`, `morl supervised`, `morl fl` or `morl prompt`")
     parser.add_argument(
         "overrides", nargs="*", metavar="key=value",
         help="change settings that do not alter the learner, e.g. run.total_steps=3000000 run.device=cuda (RL) or epochs=60 (supervised)",
@@ -34,7 +35,19 @@ def _is_federated(run_dir) -> bool:
     return "strategy" in cfg and "engine" in cfg
 
 
+def _is_prompt(run_dir) -> bool:
+    from runners.config import read_yaml
+    from runners.run_dir import CONFIG_FILE, existing_run_dir
+
+    cfg = read_yaml(existing_run_dir(run_dir) / CONFIG_FILE)
+    return "prompts" in cfg and "dispatcher" in cfg
+
+
 def main(args) -> int:
+    if _is_prompt(args.run_dir):
+        from runners import prompt
+
+        return prompt.main(argparse.Namespace(config=None, overrides=args.overrides, resume=args.run_dir))
     if _is_federated(args.run_dir):
         from runners import fl
 
