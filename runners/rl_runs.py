@@ -23,7 +23,6 @@ RESUMABLE_KEYS = ("total_steps", "eval_every", "eval_episodes", "log_every", "ch
 def start_run(cfg: RLConfig, progress: bool | None = None) -> Path:
     """``morl train``: build everything, create the run directory, train to the end."""
     from runners.config import save_config
-    from runners.rl_loop import train
     from runners.rl_session import build_session
     from runners.run_dir import CONFIG_FILE, new_run_dir
     from runners.tensorboard import RunLogger, flatten_config
@@ -34,11 +33,7 @@ def start_run(cfg: RLConfig, progress: bool | None = None) -> Path:
     print(f"morl: run directory {run_dir}", flush=True)
     logger = RunLogger(run_dir)
     logger.hparams(flatten_config(config_dict(cfg)))
-    try:
-        result = train(session, run_dir, logger, progress=progress)
-    finally:
-        logger.close()
-    _print_result(result)
+    _train_and_report(session, run_dir, logger, progress)
     return run_dir
 
 
@@ -59,7 +54,6 @@ def resume_run(run_dir: str | Path, overrides: list[str] | None = None, progress
     """``morl resume``: restore ``checkpoints/last.pt`` and continue to ``run.total_steps``."""
     from runners.checkpoint import torch_load
     from runners.config import save_config
-    from runners.rl_loop import train
     from runners.rl_session import build_session, load_session_state
     from runners.run_dir import CONFIG_FILE, drop_records_after, existing_run_dir, last_checkpoint
     from runners.tensorboard import RunLogger
@@ -78,12 +72,18 @@ def resume_run(run_dir: str | Path, overrides: list[str] | None = None, progress
     print(f"morl: resuming {run_dir} at step {session.step}/{cfg.run.total_steps}", flush=True)
     # purge_step drops TensorBoard events logged after the checkpoint (they will be redone).
     logger = RunLogger(run_dir, purge_step=session.step + 1)
+    _train_and_report(session, run_dir, logger, progress)
+    return run_dir
+
+
+def _train_and_report(session, run_dir: Path, logger, progress: bool | None) -> None:
+    from runners.rl_loop import train
+
     try:
         result = train(session, run_dir, logger, progress=progress)
     finally:
         logger.close()
     _print_result(result)
-    return run_dir
 
 
 def evaluate_run(run_dir: str | Path, checkpoint: str | None = None, episodes: int | None = None, device: str | None = None) -> dict[str, Any]:
