@@ -26,11 +26,12 @@ class Progress:
             self.fields[key] = f"{value:.3g}" if isinstance(value, float) else str(value)
         self.bar.set_postfix(self.fields, refresh=False)
 
-    def heartbeat(self, step: int) -> None:
+    def heartbeat(self, step: int, estimate: bool = True) -> None:
         """Off a terminal (nohup, CI, a log file) print one plain status line instead of a bar.
 
         The ETA uses the rate since the previous heartbeat: the random-action warm-up runs far
-        faster than training and would make an average-since-start ETA much too short.
+        faster than training and would make an average-since-start ETA much too short. With
+        ``estimate=False`` (during the warm-up) no ETA is printed at all.
         """
         if not self.bar.disable:
             return
@@ -40,7 +41,8 @@ class Progress:
         rate = (step - last_step) / (now - last_time) if now > last_time and step > last_step else float("nan")
         eta = (self.total - step) / rate if rate > 0 else float("nan")
         fields = " ".join(f"{k}={v}" for k, v in self.fields.items())
-        print(f"step {step}/{self.total} elapsed {(now - self.start) / 60:.1f} min eta {eta / 3600:.1f} h {fields}", file=sys.stderr, flush=True)
+        eta_text = f"eta {eta / 3600:.1f} h" if estimate else "eta after warm-up"
+        print(f"step {step}/{self.total} elapsed {(now - self.start) / 60:.1f} min {eta_text} {fields}", file=sys.stderr, flush=True)
 
     def message(self, text: str) -> None:
         """A line above the bar (also printed when the bar is hidden)."""

@@ -99,7 +99,7 @@ def _loop(s: Session, run_dir: Path, logger, bar: Progress, timer, agg_timer, st
         if s.step % run.log_every == 0 or s.step == run.total_steps:
             record = write_log(logger, s.step, s.task_names, s.stats, timer, agg_timer)
             bar.show(tps=record["perf/transitions_per_s"])
-            bar.heartbeat(s.step)
+            bar.heartbeat(s.step, estimate=s.step > run.warmup_steps)
             s.stats.reset_interval()
             timer.reset()
             agg_timer.reset()
