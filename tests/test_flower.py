@@ -1,6 +1,8 @@
 """The Flower engine (real ServerApp/ClientApp in Flower's Simulation Runtime) reproduces the
 in-process engine round for round."""
 
+from contextlib import contextmanager
+
 import pytest
 import torch
 
@@ -12,6 +14,18 @@ from agents.federated.model import build as build_model  # noqa: E402
 from agents.federated.simulator import Federation, InProcessEngine, LocalConfig  # noqa: E402
 from envs import fl_data  # noqa: E402
 from morl.most import MosT  # noqa: E402
+
+
+@contextmanager
+def _one_thread():
+    # One thread everywhere (the ClientApps use one), so every reduction rounds identically:
+    # exact OT can turn a last-bit difference in the losses into a different vertex.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _federation(data, model):
@@ -27,18 +41,12 @@ def test_flower_simulation_matches_in_process_engine():
     local = LocalConfig(lr=0.05, steps=3, batch_size=8)
     ref = _federation(data, model)
     engine = InProcessEngine(model, ref.data, local, seed=0)
-    # One thread everywhere (the ClientApps use one), so every reduction rounds identically:
-    # exact OT can turn a last-bit difference in the losses into a different vertex.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _one_thread():
         for _ in range(3):
             ref.run_round(engine)
         fed = _federation(data, model)
         seen = []
         flower_engine.run(fed, local, seed=0, rounds=3, on_round=seen.append, num_cpus=2)
-    finally:
-        torch.set_num_threads(threads)
     assert seen == [1, 2, 3] and fed.round == 3
     torch.testing.assert_close(fed.thetas, ref.thetas, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fed.strategy.most.gamma, ref.strategy.most.gamma, atol=1e-6, rtol=1e-5)
@@ -63,15 +71,11 @@ def test_flower_official_round_matches_in_process_engine():
 
     ref = federation()
     engine = InProcessEngine(model, ref.data, local, seed=0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _one_thread():
         for _ in range(5):
             ref.run_round(engine)
         fed = federation()
         flower_engine.run(fed, local, seed=0, rounds=5, num_cpus=2)
-    finally:
-        torch.set_num_threads(threads)
     assert fed.strategy.branches == ref.strategy.branches and len(ref.strategy.branches) == 4
     torch.testing.assert_close(fed.thetas, ref.thetas, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fed.strategy.cache_losses, ref.strategy.cache_losses, atol=1e-5, rtol=1e-5)
