@@ -28,7 +28,7 @@ import torch
 from morl import aggregators
 from morl.metrics.most_metrics import hypervolume
 from morl.most import losses_and_jacobians
-from morl.solvers.gramian import gram_scale
+from morl.solvers.gramian import normalized_gramian
 
 Objectives = Callable[[torch.Tensor], torch.Tensor]
 Callback = Callable[[int, torch.Tensor], None]
@@ -155,15 +155,11 @@ def rbf_kernel(points: torch.Tensor, bandwidth: float | None = None) -> tuple[to
 def mgda_directions(jac: torch.Tensor, agg: aggregators.Aggregator) -> torch.Tensor:
     """MGDA directions ``[m, D]`` of ``m`` particles from their Jacobians ``[m, n, D]``, batched.
 
-    The same computation as ``agg(jac[j])`` for each ``j`` (rows rescaled by their largest entry,
-    float64 Gramian divided by its largest diagonal entry), in one batched solve: the min-norm
-    solvers take Gramians ``[..., n, n]``.
+    The same computation as ``agg(jac[j])`` for each ``j`` (the aggregators' normalised
+    Gramian), in one batched solve: the min-norm solvers take Gramians ``[..., n, n]``.
     """
-    amax = torch.maximum(jac.flatten(1).amax(1), -jac.flatten(1).amin(1))
-    amax = torch.where(amax > 0, amax, torch.ones_like(amax))
-    g = jac * (1.0 / amax)[:, None, None]
-    gram = (g @ g.transpose(1, 2)).to(torch.float64)
-    w = agg.weights_from_gramian(gram / gram_scale(gram)).to(jac.dtype)  # [m, n]
+    gram, _ = normalized_gramian(jac)
+    w = agg.weights_from_gramian(gram).to(jac.dtype)  # [m, n]
     return torch.einsum("jn,jnd->jd", w, jac)
 
 

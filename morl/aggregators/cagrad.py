@@ -20,7 +20,7 @@ import torch
 from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators._warm_start import WarmStartSolver
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.min_norm import EXACT_MAX_K, RIDGE, support_masks
+from morl.solvers.min_norm import EXACT_MAX_K, support_systems
 from morl.solvers.simplex_descent import minimize_on_simplex
 
 RESCALES = (0, 1, 2)
@@ -68,9 +68,7 @@ def cagrad_dual_exact(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch
     g = gram.to(torch.float64)
     b = g.mean(-1)
     r = c * torch.sqrt(b.mean(-1, keepdim=True).clamp(min=0.0))  # [..., 1]
-    m = support_masks(k, g.device)  # [S, K]
-    eye = torch.eye(k, dtype=g.dtype, device=g.device)
-    a = m[:, :, None] * (g + RIDGE * eye).unsqueeze(-3) * m[:, None, :] + torch.diag_embed(1 - m)  # [..., S, K, K]
+    m, a = support_systems(g)  # [S, K], [..., S, K, K]
     rhs = torch.stack([m.expand(a.shape[:-1]), m * b.unsqueeze(-2)], dim=-1)  # [..., S, K, 2]: 1_S, b_S
     sol = torch.linalg.solve(a, rhs)
     g_inv_1, g_inv_b = sol[..., 0], sol[..., 1]

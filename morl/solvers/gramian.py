@@ -17,17 +17,18 @@ def gram_scale(gram: torch.Tensor) -> torch.Tensor:
 
 
 def normalized_gramian(grads: torch.Tensor, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(G / s, s)`` for the rows of ``grads`` ([K, D]); the K×K result is in ``dtype``.
+    """``(G / s, s)`` for the rows of ``grads`` ([..., K, D]); the K×K result is in ``dtype``.
 
-    The rows are divided by their largest absolute entry before the product, so gradients
-    from 1e-20 to 1e20 give a finite Gramian even in float32; ``s`` is the scale to multiply
-    back (a 0-d tensor, 1 for an all-zero matrix). The [K, D] product runs in the input's
-    dtype (a float64 copy of a large G costs 4x the float32 product); only the K×K result is
-    promoted.
+    Each [K, D] matrix is divided by its largest absolute entry before the product, so
+    gradients from 1e-20 to 1e20 give a finite Gramian even in float32; ``s`` ([...], 0-d for
+    one matrix) is the scale to multiply back (1 for an all-zero matrix). The [K, D] product runs
+    in the input's dtype (a float64 copy of a large G costs 4x the float32 product); only the
+    K×K result is promoted. Leading dimensions batch independent problems (e.g. m particles).
     """
-    amax = torch.maximum(grads.amax(), -grads.amin())  # two reductions, no |G| copy
+    dims = (-2, -1)
+    amax = torch.maximum(grads.amax(dim=dims, keepdim=True), -grads.amin(dim=dims, keepdim=True))  # no |G| copy
     amax = torch.where(amax > 0, amax, torch.ones_like(amax))
     g = grads * (1.0 / amax)
-    gram = (g @ g.T).to(dtype)
+    gram = (g @ g.transpose(-2, -1)).to(dtype)
     s = gram_scale(gram)
-    return gram / s, s.reshape(()) * amax.to(dtype) ** 2
+    return gram / s, (s * amax.to(dtype) ** 2).squeeze(-1).squeeze(-1)

@@ -32,6 +32,18 @@ def support_masks(k: int, device: torch.device) -> torch.Tensor:
     return ((idx.unsqueeze(-1) >> torch.arange(k, device=device)) & 1).to(torch.float64)
 
 
+def support_systems(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(masks [S, K], A [..., S, K, K])``: for every non-empty support S, ``A`` is G restricted
+    to S (plus :data:`RIDGE` on the diagonal) with the identity outside it, so that solving
+    ``A x = 1_S`` or ``A x = b ⊙ 1_S`` gives ``G_SS⁻¹`` applied on S and zeros elsewhere.
+    The exact small-K solvers (min-norm here, CAGrad's dual) enumerate supports with it."""
+    k = gram.shape[-1]
+    m = support_masks(k, gram.device)
+    eye = torch.eye(k, dtype=gram.dtype, device=gram.device)
+    a = m[:, :, None] * (gram + RIDGE * eye).unsqueeze(-3) * m[:, None, :] + torch.diag_embed(1 - m)
+    return m, a
+
+
 def min_norm_exact(gram: torch.Tensor) -> torch.Tensor:
     """Exact min-norm weights by support enumeration (use for small K; no iteration, no sync).
 
@@ -42,10 +54,7 @@ def min_norm_exact(gram: torch.Tensor) -> torch.Tensor:
     k = gram.shape[-1]
     g = gram.to(torch.float64)
     g = g / gram_scale(g)
-    m = support_masks(k, g.device)  # [S, K]
-    eye = torch.eye(k, dtype=g.dtype, device=g.device)
-    g_ = (g + RIDGE * eye).unsqueeze(-3)  # [..., 1, K, K]
-    a = m[:, :, None] * g_ * m[:, None, :] + torch.diag_embed(1 - m)  # [..., S, K, K]
+    m, a = support_systems(g)  # [S, K], [..., S, K, K]
     x = torch.linalg.solve(a, m.expand(a.shape[:-1]))  # [..., S, K]
     total = x.sum(-1, keepdim=True)
     lam = x / torch.where(total.abs() > 0, total, torch.ones_like(total))
