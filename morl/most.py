@@ -192,6 +192,16 @@ class MosT:
         self.weights: torch.Tensor | None = None  #: last effective weights [m, n]: dir_j = weights[j] @ g_j
         self.lambdas: torch.Tensor | None = None  #: last min-norm weights λ [m, n] (zero off-support)
 
+    def state_dict(self) -> dict:
+        """What continues a run: the last plan Γ (the OT warm start) and the curriculum position."""
+        cur = self.curriculum
+        return {"gamma": self.gamma, "curriculum": None if cur is None else cur.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.gamma = state["gamma"]
+        if self.curriculum is not None and state.get("curriculum") is not None:
+            self.curriculum.load_state_dict(state["curriculum"])
+
     # -- marginals and the plan -------------------------------------------------------------
     def mass(self) -> float:
         return 1.0 if self.gamma_scale == "paper" else float(self.num_models)

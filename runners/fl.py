@@ -111,7 +111,7 @@ def add_arguments(parser) -> None:
 
 
 def validate(cfg: FLConfig) -> None:
-    t, s, d, mc = cfg.train, cfg.strategy, cfg.data, cfg.strategy.most
+    t, s, d = cfg.train, cfg.strategy, cfg.data
     checks = [
         (t.rounds >= 1, f"train.rounds must be >= 1, got {t.rounds}"),
         (t.lr > 0, f"train.lr must be > 0, got {t.lr}"),
@@ -121,19 +121,15 @@ def validate(cfg: FLConfig) -> None:
         (t.checkpoint_every >= 1, f"train.checkpoint_every must be >= 1, got {t.checkpoint_every}"),
         (s.num_models >= 1, f"strategy.num_models must be >= 1, got {s.num_models}"),
         (s.prox_mu >= 0, f"strategy.prox_mu must be >= 0, got {s.prox_mu}"),
-        (mc.tau >= 0, f"strategy.most.tau must be >= 0, got {mc.tau}"),
-        (0 < mc.sample_fraction <= 1, f"strategy.most.sample_fraction must be in (0, 1], got {mc.sample_fraction}"),
-        (0 <= mc.gamma_momentum < 1, f"strategy.most.gamma_momentum must be in [0, 1), got {mc.gamma_momentum}"),
-        (mc.gamma_average == "ema" or mc.gamma_momentum == 0,
-         "strategy.most.gamma_momentum applies to gamma_average=ema only; set it to 0 with gamma_average=cumulative"),
-        (mc.gamma_average_start >= 0, f"strategy.most.gamma_average_start must be >= 0, got {mc.gamma_average_start}"),
-        (mc.ot_resolve >= 0, f"strategy.most.ot_resolve must be >= 0, got {mc.ot_resolve}"),
-        (mc.warmup_rounds >= 0, f"strategy.most.warmup_rounds must be >= 0, got {mc.warmup_rounds}"),
         (d.num_clients >= 1, f"data.num_clients must be >= 1, got {d.num_clients}"),
     ]
     for ok, msg in checks:
         if not ok:
             raise UserError(msg)
+    try:  # the strategy's own checks (MosT's options), so they are written once
+        build_strategy(cfg, d.num_clients)
+    except ValueError as exc:
+        raise UserError(f"strategy{'.most' if s.name == 'most' else ''}: {exc}") from None
 
 
 def build_strategy(cfg: FLConfig, num_clients: int):

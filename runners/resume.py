@@ -19,43 +19,30 @@ def add_arguments(parser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
-def _is_supervised(run_dir) -> bool:
+# A run's kind, recognised by top-level keys only its config has: (keys, runner module).
+# RL runs (``morl train``) are everything else.
+KINDS = (
+    (("prompts", "dispatcher"), "runners.prompt"),
+    (("strategy", "engine"), "runners.fl"),
+    (("data", "epochs"), "runners.supervised"),
+)
+
+
+def _runner_of(run_dir) -> str | None:
     from runners.config import read_yaml
     from runners.run_dir import CONFIG_FILE, existing_run_dir
 
     cfg = read_yaml(existing_run_dir(run_dir) / CONFIG_FILE)
-    return "data" in cfg and "epochs" in cfg
-
-
-def _is_federated(run_dir) -> bool:
-    from runners.config import read_yaml
-    from runners.run_dir import CONFIG_FILE, existing_run_dir
-
-    cfg = read_yaml(existing_run_dir(run_dir) / CONFIG_FILE)
-    return "strategy" in cfg and "engine" in cfg
-
-
-def _is_prompt(run_dir) -> bool:
-    from runners.config import read_yaml
-    from runners.run_dir import CONFIG_FILE, existing_run_dir
-
-    cfg = read_yaml(existing_run_dir(run_dir) / CONFIG_FILE)
-    return "prompts" in cfg and "dispatcher" in cfg
+    return next((module for keys, module in KINDS if all(k in cfg for k in keys)), None)
 
 
 def main(args) -> int:
-    if _is_prompt(args.run_dir):
-        from runners import prompt
+    module = _runner_of(args.run_dir)
+    if module is not None:
+        import importlib
 
-        return prompt.main(argparse.Namespace(config=None, overrides=args.overrides, resume=args.run_dir))
-    if _is_federated(args.run_dir):
-        from runners import fl
-
-        return fl.main(argparse.Namespace(config=None, overrides=args.overrides, resume=args.run_dir))
-    if _is_supervised(args.run_dir):
-        from runners import supervised
-
-        return supervised.main(argparse.Namespace(config=None, overrides=args.overrides, resume=args.run_dir))
+        runner = importlib.import_module(module)
+        return runner.main(argparse.Namespace(config=None, overrides=args.overrides, resume=args.run_dir))
     from runners.rl_runs import resume_run
 
     resume_run(args.run_dir, args.overrides, progress=False if args.no_progress else None)

@@ -95,10 +95,6 @@ def client_update(model: FlatClassifier, thetas: torch.Tensor, x: torch.Tensor, 
     ``"last_epoch"``: the mean minibatch loss of the last local epoch (the official code's).
     """
     _check_source(loss_source)
-    if loss_source == "start":
-        losses = vmap(lambda t: masked_loss(model, t, x, y, count))(thetas)
-        deltas = vmap(lambda t, u: _local_sgd(model, t, x, y, count, u, lr, prox_mu)[0])(thetas, noise)
-        return deltas, losses
     return vmap(lambda t, u: _pair_update(model, t, x, y, count, u, lr, prox_mu, loss_source))(thetas, noise)
 
 

@@ -160,9 +160,10 @@ class MosTStrategy(FedAvg):
             raise ValueError(f"gamma_average={gamma_average!r} is not valid; allowed: {', '.join(self.GAMMA_AVERAGES)}")
         if gamma_average == "cumulative" and gamma_momentum != 0.0:
             raise ValueError("gamma_momentum applies to gamma_average=ema only; leave it 0 with gamma_average=cumulative")
-        if gamma_average_start < 0 or ot_resolve < 0 or warmup_rounds < 0:
-            raise ValueError(f"gamma_average_start, ot_resolve and warmup_rounds must be >= 0, got "
-                             f"{gamma_average_start}, {ot_resolve}, {warmup_rounds}")
+        for name, value in (("warmup_rounds", warmup_rounds), ("gamma_average_start", gamma_average_start),
+                            ("ot_resolve", ot_resolve)):
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
         self.most = most
         self.warmup_rounds = warmup_rounds
         self.combine = combine
@@ -278,18 +279,15 @@ class MosTStrategy(FedAvg):
         self.avg_objective = s if first else self.EMA * self.avg_objective + (1 - self.EMA) * s
 
     def state_dict(self) -> dict:
-        cur = self.most.curriculum
-        return {"rounds_done": self.rounds_done, "gamma": self.most.gamma, "avg_objective": self.avg_objective,
-                "curriculum": None if cur is None else cur.state_dict(), "branches": list(self.branches),
+        return {"rounds_done": self.rounds_done, **self.most.state_dict(), "avg_objective": self.avg_objective,
+                "branches": list(self.branches),
                 "cache_deltas": self.cache_deltas, "cache_losses": self.cache_losses, "gamma_avg": self.gamma_avg,
                 "gamma_updates": self.gamma_updates, "gamma_count": self.gamma_count}
 
     def load_state_dict(self, state: dict) -> None:
         self.rounds_done = int(state["rounds_done"])
-        self.most.gamma = state["gamma"]
+        self.most.load_state_dict(state)  # Γ and the curriculum, stored flat in this dict
         self.avg_objective = float(state.get("avg_objective", 0.0))
-        if self.most.curriculum is not None and state.get("curriculum") is not None:
-            self.most.curriculum.load_state_dict(state["curriculum"])
         self.branches = list(state.get("branches", []))
         self.cache_deltas, self.cache_losses = state.get("cache_deltas"), state.get("cache_losses")
         self.gamma_avg = state.get("gamma_avg")

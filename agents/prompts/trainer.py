@@ -84,10 +84,7 @@ class MixtureTrainer:
     def state_dict(self) -> dict:
         """What a resumed run needs besides its config: prompts and heads, the optimizer, MosT's
         last plan and curriculum, and the generator (batch order and linearisation draws)."""
-        most = None
-        if self.most is not None:
-            cur = self.most.curriculum
-            most = {"gamma": self.most.gamma, "curriculum": None if cur is None else cur.state_dict()}
+        most = None if self.most is None else self.most.state_dict()
         return {"mixture": self.mixture.state_dict(), "optimizer": self.optimizer.state_dict(), "most": most,
                 "generator": self.generator.get_state()}
 
@@ -96,7 +93,5 @@ class MixtureTrainer:
         self.mixture.load_state_dict(state["mixture"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.most is not None and state.get("most") is not None:
-            self.most.gamma = state["most"]["gamma"]
-            if self.most.curriculum is not None and state["most"]["curriculum"] is not None:
-                self.most.curriculum.load_state_dict(state["most"]["curriculum"])
+            self.most.load_state_dict(state["most"])
         self.generator.set_state(state["generator"].cpu())  # a generator state must be a CPU ByteTensor
