@@ -8,8 +8,8 @@ import torch
 
 from agents.federated import client as C
 from agents.federated import strategies as S
-from agents.federated.model import build as build_model
 from envs import fl_data
+from fl_fixtures import tiny_round
 from runners import fl as fl_runner
 from runners.errors import UserError
 
@@ -55,11 +55,7 @@ def test_dirichlet_split_covers_everything_once():
 
 
 def test_vectorised_clients_equal_the_per_client_update():
-    data = fl_data.synthetic(0.5, 0.5, num_clients=4, samples_per_client=30, seed=0)
-    model = build_model("logreg", data.dim, data.num_classes)
-    thetas = model.init(3, torch.Generator().manual_seed(0))
-    noise = C.round_noise(0, 0, 4, 3, steps=3, batch=5)
-    tr = data.train
+    model, thetas, tr, noise = tiny_round()
     deltas, losses = C.all_clients_update(model, thetas, tr.x, tr.y, tr.count, noise, lr=0.1, prox_mu=0.01)
     assert deltas.shape == (3, 4, model.num_params) and losses.shape == (3, 4)
     for i in range(4):

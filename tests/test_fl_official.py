@@ -11,6 +11,7 @@ from agents.federated import client as C
 from agents.federated import strategies as S
 from agents.federated.model import build as build_model
 from envs import fl_data
+from fl_fixtures import tiny_round
 from morl.most import MosT
 from runners import fl as fl_runner
 from runners.cli import main as morl
@@ -93,11 +94,7 @@ def test_unsampled_pairs_use_the_cached_stale_deltas_and_losses(gen):
 
 
 def test_engine_trains_only_the_sampled_pairs():
-    data = fl_data.synthetic(0.5, 0.5, num_clients=4, samples_per_client=30, seed=0)
-    model = build_model("logreg", data.dim, data.num_classes)
-    thetas = model.init(3, torch.Generator().manual_seed(0))
-    noise = C.round_noise(0, 0, 4, 3, steps=3, batch=5)
-    tr = data.train
+    model, thetas, tr, noise = tiny_round()
     full_d, full_l = C.all_clients_update(model, thetas, tr.x, tr.y, tr.count, noise, 0.1, 0.0, "last_epoch")
     mi, ci = torch.tensor([0, 2, 2, 1]), torch.tensor([3, 0, 1, 1])
     d, l = C.pairs_update(model, thetas, tr.x, tr.y, tr.count, noise, 0.1, 0.0, "last_epoch", mi, ci)

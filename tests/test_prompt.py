@@ -108,12 +108,17 @@ def test_head_gramian_matches_autograd(tiny, shared):
         torch.testing.assert_close(gram[j], jac @ jac.T, rtol=1e-4, atol=1e-6)
 
 
-def test_most_step_respects_marginals_and_descends_the_assigned_loss(tiny):
-    enc, tok = tiny
-    data = generate_domain_flip(train=64, val=8, test=8, seed=0)
+def _thirty_instances(enc, tok, seed):
+    """30 generated training sentences (ids, mask, labels) and a fresh 3-prompt mixture."""
+    data = generate_domain_flip(train=64, val=8, test=8, seed=seed)
     ids, mask = tokenize(tok, data.texts["train"][:30], 32)
     y = torch.tensor(data.labels["train"][:30])
-    mix = PromptMixture(enc, 3, 4, 2, torch.Generator().manual_seed(0))
+    return ids, mask, y, PromptMixture(enc, 3, 4, 2, torch.Generator().manual_seed(0))
+
+
+def test_most_step_respects_marginals_and_descends_the_assigned_loss(tiny):
+    enc, tok = tiny
+    ids, mask, y, mix = _thirty_instances(enc, tok, seed=0)
     most = MosT(3, warm_start=False)
     trainer = MixtureTrainer(mix, "most", torch.optim.SGD(mix.parameters(), lr=0.5), most)
     out = trainer.step(ids, mask, y)
@@ -201,10 +206,7 @@ def test_bad_input_gives_one_line_error_and_writes_nothing(tmp_path, capsys, ove
 
 def test_most_prompts_specialise_on_their_assigned_instances(tiny):
     enc, tok = tiny
-    data = generate_domain_flip(train=64, val=8, test=8, seed=1)
-    ids, mask = tokenize(tok, data.texts["train"][:30], 32)
-    y = torch.tensor(data.labels["train"][:30])
-    mix = PromptMixture(enc, 3, 4, 2, torch.Generator().manual_seed(0))
+    ids, mask, y, mix = _thirty_instances(enc, tok, seed=1)
     trainer = MixtureTrainer(mix, "most", torch.optim.Adam(mix.parameters(), lr=0.05), MosT(3, warm_start=False))
     first = trainer.step(ids, mask, y)
     for _ in range(14):

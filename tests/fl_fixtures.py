@@ -1,0 +1,16 @@
+"""A tiny federated problem shared by the client-update tests: 4 clients, 3 logistic models, one round's noise."""
+
+import torch
+
+from agents.federated import client as C
+from agents.federated.model import build as build_model
+from envs import fl_data
+
+
+def tiny_round():
+    """``(model, thetas [3, P], train split, noise)`` for round 0 of a 4-client Syn(0.5, 0.5) problem."""
+    data = fl_data.synthetic(0.5, 0.5, num_clients=4, samples_per_client=30, seed=0)
+    model = build_model("logreg", data.dim, data.num_classes)
+    thetas = model.init(3, torch.Generator().manual_seed(0))
+    noise = C.round_noise(0, 0, 4, 3, steps=3, batch=5)
+    return model, thetas, data.train, noise
