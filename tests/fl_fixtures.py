@@ -14,3 +14,17 @@ def tiny_round():
     thetas = model.init(3, torch.Generator().manual_seed(0))
     noise = C.round_noise(0, 0, 4, 3, steps=3, batch=5)
     return model, thetas, data.train, noise
+
+
+def uneven_round(steps: int = 6, batch: int = 5):
+    """``(model, thetas [3, P], data, noise)``: 4 clients with unequal train counts ``[18, 5, 11, 2]``.
+
+    The rows past each count stay in ``x`` as padding that every computation must ignore;
+    unequal counts make a size-weighted average differ from a plain one.
+    """
+    data = fl_data.synthetic(0.5, 0.5, num_clients=4, samples_per_client=30, seed=0)
+    data.train.count = torch.tensor([18, 5, 11, 2])
+    model = build_model("logreg", data.dim, data.num_classes)
+    thetas = model.init(3, torch.Generator().manual_seed(0))
+    noise = C.round_noise(0, 0, 4, 3, steps=steps, batch=batch)
+    return model, thetas, data, noise

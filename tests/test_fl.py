@@ -1,4 +1,4 @@
-"""Federated learning: data generators, the vectorised client update, strategies, MosT vs FedAvg, CLI."""
+"""Federated learning: data generators, strategies, MosT vs FedAvg, CLI (client and server maths: test_fl_math.py)."""
 
 import argparse
 
@@ -6,10 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from agents.federated import client as C
 from agents.federated import strategies as S
 from envs import fl_data
-from fl_fixtures import tiny_round
 from runners import fl as fl_runner
 from runners.errors import UserError
 
@@ -52,20 +50,6 @@ def test_dirichlet_split_covers_everything_once():
     assert digits.num_clients == 5 and digits.dim == 64
     with pytest.raises(ValueError, match="alpha"):
         fl_data.dirichlet_split(labels, 4, alpha=0.0)
-
-
-def test_vectorised_clients_equal_the_per_client_update():
-    model, thetas, tr, noise = tiny_round()
-    deltas, losses = C.all_clients_update(model, thetas, tr.x, tr.y, tr.count, noise, lr=0.1, prox_mu=0.01)
-    assert deltas.shape == (3, 4, model.num_params) and losses.shape == (3, 4)
-    for i in range(4):
-        d_i, l_i = C.client_update(model, thetas, tr.x[i], tr.y[i], tr.count[i], noise[i], lr=0.1, prox_mu=0.01)
-        torch.testing.assert_close(deltas[:, i], d_i, atol=1e-6, rtol=1e-5)
-        torch.testing.assert_close(losses[:, i], l_i, atol=1e-6, rtol=1e-5)
-    # The loss is the full local training loss at the global model (padding excluded).
-    n0 = int(tr.count[0])
-    ref = torch.nn.functional.cross_entropy(model.logits(thetas[1], tr.x[0, :n0]), tr.y[0, :n0])
-    torch.testing.assert_close(losses[1, 0], ref)
 
 
 def test_fedavg_and_fedmgda_aggregation(gen):
