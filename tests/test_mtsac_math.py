@@ -5,15 +5,16 @@ agent's generator), the networks' weights copied to float64, the critics evaluat
 loop over tasks and twins, log π from ``torch.distributions``. The agent's gradients (left in
 ``.grad`` by the update) and its updated parameters must match:
 
-* TD target (eq. 5-6 with the clipped double Q of Appendix / Fujimoto et al.):
+* TD target (eq. 3 and 5, with the minimum of the two target Q-functions of the practical algorithm):
   ``y = r + γ (1 − terminated) (min_j Q̄_j(s', a') − α_t log π(a'|s'))``, a' ~ π(·|s').
   The batch carries ``terminated`` only: a time-limit truncation is stored as not terminal
   (runners/rl_loop.py, docs/mtsac.md), so such rows bootstrap like the ``terminated = 0`` rows here.
-* critic loss per task: ``Σ_j mean_b (Q_j(s, a) − y)²``.
-* tanh-Gaussian log π (Appendix C, eq. 26): ``log N(u; μ, σ) − Σ log(1 − tanh(u)²)``.
-* actor loss (eq. 7 / 12): ``mean_b (α_t log π(ã|s) − min_j Q_j(s, ã))``, the mean over tasks
+* critic loss per task: ``Σ_j mean_b (Q_j(s, a) − y)²`` (eq. 5 without its ½, as mtrl; Adam ignores the scale).
+* tanh-Gaussian log π (Appendix C): ``log N(u; μ, σ) − Σ log(1 − tanh(u)²)``.
+* actor loss (eq. 7, reparameterised): ``mean_b (α_t log π(ã|s) − min_j Q_j(s, ã))``, the mean over tasks
   for the ``mean`` aggregator; Q from the critics after this update's critic step.
-* temperature (eq. 18, parametrised by log α): ``J(α_t) = mean_b α_t (−log π − H̄)``, one α per task.
+* temperature (eq. 18, parametrised by log α): ``J(α_t) = mean_b α_t (−log π − H̄)``, one α per task
+  (mtrl's form; softlearning's ``−log α (log π + H̄)`` has the same gradient sign, without the α factor).
 * Polyak averaging of the targets: ``θ̄ ← (1 − τ) θ̄ + τ θ``.
 """
 
@@ -135,7 +136,7 @@ def _run(path: str):
     batch = _batch()
     eps_next, eps = _noise(agent)
     out = agent.update(batch, step=0)
-    return before, agent, out, _reference(before, batch, eps_next, eps, agent.critic), eps
+    return before, agent, out, _reference(before, batch, eps_next, eps, agent.critic)
 
 
 def _adam_first_step(p0: torch.Tensor, g: torch.Tensor, lr: float) -> torch.Tensor:
@@ -172,7 +173,7 @@ def test_tanh_gaussian_log_prob_matches_torch_distributions():
 
 @pytest.mark.parametrize("path", ["mean_fast", "vmapped", "none"])
 def test_one_update_matches_the_hand_computed_sac_gradients(path):
-    before, agent, out, ref, _ = _run(path)
+    _, agent, out, ref = _run(path)
     # Measured errors are <= 10% of each tolerance over 20 agent seeds (critic grads up to 34, actor up to 13).
     # critics: TD target with (1 − terminated), per-task α, target nets; loss Σ_j mean_b (Q_j − y)²
     torch.testing.assert_close(out["critic_loss"].double(), ref["critic_loss"], rtol=1e-5, atol=1e-6)
@@ -191,7 +192,7 @@ def test_one_update_matches_the_hand_computed_sac_gradients(path):
 
 @pytest.mark.parametrize("path", ["mean_fast", "vmapped"])
 def test_updated_parameters_are_one_adam_step_along_the_hand_gradients(path):
-    before, agent, _, ref, _ = _run(path)
+    before, agent, _, ref = _run(path)
     for p0, p1, g in zip(before.critic.parameters(), agent.critic.parameters(), ref["critic_grads"]):
         _assert_adam_step(p0.detach(), p1.detach(), g, LR)
     offset = 0
@@ -236,7 +237,7 @@ def test_temperature_gradient_sign_follows_the_entropy_gap(target_entropy):
 
 def test_terminated_rows_do_not_bootstrap():
     """Rows with terminated = 1 regress on r alone: the TD target ignores s' there (and only there)."""
-    _, _, _, ref, _ = _run("mean_fast")
+    ref = _run("mean_fast")[3]
     batch = _batch()
     done = batch["terminated"].bool()
     torch.testing.assert_close(ref["target"][done], batch["reward"][done].double())
@@ -252,7 +253,7 @@ def test_terminated_rows_do_not_bootstrap():
 
 
 def test_polyak_target_update():
-    before, agent, _, _, _ = _run("mean_fast")
+    before, agent, _, _ = _run("mean_fast")
     for old, online, new in zip(before.critic_target.parameters(), agent.critic.parameters(),
                                 agent.critic_target.parameters()):
         expect = (1 - TAU) * old.double() + TAU * online.detach().double()
