@@ -98,7 +98,8 @@ def test_mgda_scale_invariant_weights_linear_direction(gen):
         d1 = agg(j)
         w1 = agg.weights
         d2 = agg(j * 1e7)
-        torch.testing.assert_close(agg.weights, w1, atol=1e-7, rtol=0)
+        if torch.linalg.matrix_rank(j) == j.shape[0]:  # λ* is unique only for independent rows
+            torch.testing.assert_close(agg.weights, w1, atol=1e-7, rtol=0)
         torch.testing.assert_close(d2, 1e7 * d1, rtol=1e-6, atol=1e-6 * (1e7 * j).abs().max().item())
 
 

@@ -20,6 +20,12 @@ def _finite_rows(grads: torch.Tensor) -> torch.Tensor:
     return torch.isfinite(grads.amax(dim=1)) & torch.isfinite(grads.amin(dim=1))
 
 
+def _bump(counter: torch.Tensor | None, flags: torch.Tensor) -> torch.Tensor:
+    """``counter + Σ flags`` as an int64 device tensor (created on the first call)."""
+    added = flags.sum().to(torch.int64) if flags.dim() else flags.to(torch.int64)
+    return added if counter is None else counter + added
+
+
 class Aggregator:
     """Maps a ``[K, D]`` matrix of per-objective gradients to one ``[D]`` direction to descend.
 
@@ -35,6 +41,11 @@ class Aggregator:
       entry (or the result) is non-finite (so the optimizer step does nothing) and ``nonfinite_steps``, a
       device tensor, counts such calls; read it at logging time.
     * ``"off"``: no check at all (caller guarantees finite input).
+
+    The OUTPUT is checked under the same policy: with ``"raise"`` a non-finite direction from
+    finite input raises ``ValueError`` (one more host read), with ``"skip"`` it is zeroed and
+    counted. Iterative K×K solves that stop before their tolerance are counted in
+    ``not_converged``; :attr:`stats` gathers both counters for logging.
     """
 
     #: True for methods that need the ``[K]`` loss vector (EPO-AL, loss-weighted MoCo).
@@ -48,6 +59,7 @@ class Aggregator:
         self.check_finite = check_finite
         self.weights: torch.Tensor | None = None
         self.nonfinite_steps: torch.Tensor | None = None
+        self.not_converged: torch.Tensor | None = None
 
     # -- the call -------------------------------------------------------------------------
     def __call__(self, grads: torch.Tensor, losses: torch.Tensor | None = None) -> torch.Tensor:
@@ -60,11 +72,30 @@ class Aggregator:
             # large D): the [D] output is zeroed instead, and stateful methods (MoCo, EPO-AL)
             # keep their state unchanged on such a call.
             direction = self.aggregate(grads, losses)
-            direction = torch.where(ok & torch.isfinite(direction).all(), direction, torch.zeros((), dtype=direction.dtype, device=direction.device))
-            bad = (~ok).to(torch.int64)
-            self.nonfinite_steps = bad if self.nonfinite_steps is None else self.nonfinite_steps + bad
+            ok = ok & torch.isfinite(direction).all()
+            direction = torch.where(ok, direction, torch.zeros((), dtype=direction.dtype, device=direction.device))
+            self.nonfinite_steps = _bump(self.nonfinite_steps, ~ok)
             return direction
-        return self.aggregate(grads, losses)
+        direction = self.aggregate(grads, losses)
+        if self.check_finite == "raise" and not bool(torch.isfinite(direction).all()):
+            raise ValueError(
+                f"{type(self).__name__} produced a non-finite direction from finite gradients "
+                f"(shape {tuple(grads.shape)}, {grads.dtype}); use check_finite='skip' to zero such steps"
+            )
+        return direction
+
+    @property
+    def stats(self) -> dict[str, torch.Tensor]:
+        """Device-side counters for logging (no host sync until the caller reads them):
+        ``nonfinite_steps`` (calls zeroed by ``check_finite="skip"``) and ``not_converged``
+        (calls whose iterative K×K solve stopped at ``max_iter`` before its tolerance).
+        Counters appear after the first call that can touch them."""
+        names = ("nonfinite_steps", "not_converged")
+        return {n: getattr(self, n) for n in names if getattr(self, n, None) is not None}
+
+    def _count_not_converged(self, converged: torch.Tensor) -> None:
+        """Add the number of unconverged solves in ``converged`` (bools) to ``not_converged``."""
+        self.not_converged = _bump(self.not_converged, ~converged)
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
@@ -100,6 +131,7 @@ class Aggregator:
         """Forget everything learned across calls (tracking variables, multipliers, counters)."""
         self.weights = None
         self.nonfinite_steps = None
+        self.not_converged = None
 
     def state_dict(self) -> dict[str, Any]:
         state: dict[str, Any] = {}
@@ -139,9 +171,10 @@ class GramianAggregator(Aggregator):
     """
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        # Rows rescaled to O(1) before the product: gradients of 1e-12 or 1e12 give the same
-        # weights and no under/overflow. The methods' weights are scale-free in the Gramian.
-        gram, _ = normalized_gramian(grads)
+        # One pass over [K, D] for G, then G / max diag: the methods' weights are scale-free in
+        # G. G stays in the gradients' dtype so that solvers know how precisely it is known
+        # (their ridges and tolerances are a few rounding units of it); they solve in float64.
+        gram, _ = normalized_gramian(grads, dtype=None)
         w = self.weights_from_gramian(gram).to(grads.dtype)
         self.weights = w
         return w @ grads

@@ -1,7 +1,7 @@
-"""CAGrad (Liu et al. 2021): conflict-averse gradient descent.
+"""CAGrad (Liu et al. 2021, arXiv 2110.14048): conflict-averse gradient descent.
 
-Primal: maximise min_i g_i·d over the ball ‖d − g0‖ ≤ c‖g0‖ around the mean gradient g0.
-Dual over the simplex (what the reference code solves):
+Primal (eq. 2 / Alg. 1): maximise min_i g_i·d over the ball ‖d − g0‖ ≤ c‖g0‖ around the
+mean gradient g0. Dual over the simplex (what the reference code solves):
 
     w* = argmin_{w∈Δ_K} g_w·g0 + c‖g0‖ ‖g_w‖,   g_w = Σ_k w_k g_k,
     d  = g0 + (c‖g0‖ / ‖g_w*‖) g_w*,
@@ -10,7 +10,12 @@ then divided by 1 (rescale=0), 1 + c² (rescale=1, the reference default) or 1 +
 Only inner products enter, so the dual is solved on the K×K Gramian, in torch, with no scipy
 and no host sync: exactly by support enumeration for K ≤ ``EXACT_MAX_K`` (one batched solve,
 :func:`cagrad_dual_exact`), above that by accelerated projected gradient with a masked line
-search (:func:`cagrad_dual_weights`).
+search (:func:`cagrad_dual_weights`) followed by the exact solve on the support it found.
+
+Near a Pareto-stationary point g_w* → 0 and its direction is rounding noise, so the dual's d
+can be worse than simple primal-feasible points. :func:`primal_weights` therefore also scores
+the mean (always in the ball) and, for c ≥ 1, d = 0 (in the ball, and optimal at a
+stationary point), and returns the candidate with the best worst-task inner product.
 """
 
 from __future__ import annotations
@@ -20,25 +25,43 @@ import torch
 from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators._warm_start import WarmStartSolver
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.min_norm import EXACT_MAX_K, support_systems
-from morl.solvers.simplex_descent import minimize_on_simplex
+from morl.solvers.gramian import gram_scale
+from morl.solvers.min_norm import EXACT_MAX_K, equilibrate, restricted, ridge_for, support_masks
+from morl.solvers.simplex_descent import fw_gap, minimize_on_simplex
 
 RESCALES = (0, 1, 2)
-#: smoothing of ‖g_w‖ = sqrt(wᵀGw + EPS) and guard of the division, on G / max diag
+#: smoothing of ‖g_w‖ = sqrt(wᵀGw + EPS), on G / max diag
 EPS = 1e-12
-TINY = 1e-150
+
+
+def _dual_terms(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(G in float64, b = G1/K = [g_k·g0], r = c‖g0‖ [..., 1])``."""
+    g = gram.to(torch.float64)
+    b = g.mean(-1)
+    return g, b, c * torch.sqrt(b.mean(-1, keepdim=True).clamp(min=0.0))
+
+
+def dual_objective(g, b, r, w) -> torch.Tensor:
+    """g_w·g0 + r‖g_w‖ (smoothed by EPS) for weights ``w`` [..., K] (extra dims broadcast)."""
+    gw = (w.unsqueeze(-2) @ g).squeeze(-2)
+    return (w * b).sum(-1) + r * torch.sqrt((w * gw).sum(-1).clamp(min=0.0) + EPS)
 
 
 def cagrad_dual_weights(
-    gram: torch.Tensor, c: float, max_iter: int = 100, tol: float = 1e-10, init: torch.Tensor | None = None
+    gram: torch.Tensor, c: float, max_iter: int = 100, tol: float = 1e-10, init: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(weights, w*)`` for a normalised ``gram``: d = weights·g before the rescale, w* the dual
     solution on the simplex (pass it back as ``init`` to warm-start the next solve)."""
+    return cagrad_dual_solve(gram, c, max_iter, tol, init)[:2]
+
+
+def cagrad_dual_solve(
+    gram: torch.Tensor, c: float, max_iter: int = 100, tol: float = 1e-10, init: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`cagrad_dual_weights` plus ``converged`` [...]: False when ``max_iter`` ran out
+    before the gap reached ``tol`` and the exact solve on the support found did not close it."""
     k = gram.shape[-1]
-    g = gram.to(torch.float64)
-    b = g.mean(-1)  # g_k · g0
-    g0_sq = b.mean(-1, keepdim=True).clamp(min=0.0)
-    r = c * torch.sqrt(g0_sq)  # c ‖g0‖
+    g, b, r = _dual_terms(gram, c)
 
     def fun(w):
         gw = (g @ w.unsqueeze(-1)).squeeze(-1)
@@ -47,50 +70,85 @@ def cagrad_dual_weights(
 
     w0 = torch.full(g.shape[:-1], 1.0 / k, dtype=g.dtype, device=g.device) if init is None else init.to(g)
     step0 = 1.0 / (torch.diagonal(g, dim1=-2, dim2=-1).sum(-1) * (1.0 + c) + EPS)
-    w = minimize_on_simplex(fun, w0, step0, max_iter=max_iter, tol=tol)
-    gw_norm = torch.sqrt((w * (g @ w.unsqueeze(-1)).squeeze(-1)).sum(-1, keepdim=True).clamp(min=0.0))
-    # ‖(r/max(‖g_w‖, tiny)) g_w‖ ≤ r always, so d stays inside the c-ball even when g_w ≈ 0.
-    lam = r / gw_norm.clamp(min=TINY)
-    return 1.0 / k + lam * w, w
+    w, converged = minimize_on_simplex(fun, w0, step0, max_iter=max_iter, tol=tol, return_converged=True)
+    # The exact solve on the support FISTA found; kept only where it is feasible and better.
+    support = (w > 1e-6 * w.amax(-1, keepdim=True)).to(g.dtype)
+    w_s, feasible = _support_candidates(g, b, r, support.unsqueeze(-2), ridge_for(gram.dtype))
+    w_s = w_s.squeeze(-2)
+    better = feasible.squeeze(-1) & (dual_objective(g, b, r.squeeze(-1), w_s) <= dual_objective(g, b, r.squeeze(-1), w))
+    w = torch.where(better.unsqueeze(-1), w_s, w)
+    gap = fw_gap(w, fun(w)[1])
+    converged = converged | (gap <= tol * (b.abs().amax(-1) + r.squeeze(-1) + EPS))
+    return primal_weights(g, b, r, w, c, gram.dtype), w, converged
 
 
-def cagrad_dual_exact(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The dual of :func:`cagrad_dual_weights` solved exactly by enumerating supports (small K).
+def _support_candidates(g, b, r, m, ridge) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dual stationary points on the supports ``m`` ([S, K] or [..., S, K]): ``(w, feasible)``.
 
-    On a support S the stationarity conditions ``b_S + r G_SS w / s = ν 1`` with
-    ``s = ‖g_w‖ = sqrt(wᵀGw)`` give ``w = s v``, ``v = G_SS⁻¹(ν1 − b_S) / r``; ``vᵀG_SS v = 1``
-    is a quadratic in ν, ``A ν² − 2 B ν + C − r² = 0`` with ``A = 1ᵀG⁻¹1``, ``B = 1ᵀG⁻¹b``,
-    ``C = bᵀG⁻¹b``, whose larger root makes ``1ᵀv = sqrt(B² − A(C − r²)) / r > 0`` and
-    ``w = v / 1ᵀv``. The objective is convex, so the optimum is the feasible (w ≥ 0)
-    candidate of least objective; every singleton support is feasible, so one always exists.
+    On a support S, stationarity b_S + r G_SS w / s = ν1 with s = ‖g_w‖ gives w = s v,
+    v = G_SS⁻¹(ν1 − b_S) / r; vᵀG_SS v = 1 is A ν² − 2 B ν + C − r² = 0 with A = 1ᵀG⁻¹1,
+    B = 1ᵀG⁻¹b, C = bᵀG⁻¹b, whose larger root makes 1ᵀv = sqrt(B² − A(C − r²)) / r > 0.
     """
-    k = gram.shape[-1]
-    g = gram.to(torch.float64)
-    b = g.mean(-1)
-    r = c * torch.sqrt(b.mean(-1, keepdim=True).clamp(min=0.0))  # [..., 1]
-    m, a = support_systems(g)  # [S, K], [..., S, K, K]
-    rhs = torch.stack([m.expand(a.shape[:-1]), m * b.unsqueeze(-2)], dim=-1)  # [..., S, K, 2]: 1_S, b_S
-    sol = torch.linalg.solve(a, rhs)
+    g_hat, dn = equilibrate(g, ridge)
+    a = restricted(g_hat.unsqueeze(-3), m)
+    dn = dn.unsqueeze(-2)
+    rhs = torch.stack([m / dn, m * b.unsqueeze(-2) / dn], dim=-1)  # [..., S, K, 2]: 1_S, b_S
+    sol = torch.linalg.solve(a, rhs) / dn.unsqueeze(-1)
     g_inv_1, g_inv_b = sol[..., 0], sol[..., 1]
     big_a = (m * g_inv_1).sum(-1)
     big_b = (m * g_inv_b).sum(-1)
     big_c = (m * b.unsqueeze(-2) * g_inv_b).sum(-1)
     root = torch.sqrt((big_b.square() - big_a * (big_c - r.square())).clamp(min=0.0))
-    nu = (big_b + root) / big_a
+    nu = (big_b + root) / torch.where(big_a != 0, big_a, torch.ones_like(big_a))
     v = nu.unsqueeze(-1) * g_inv_1 - g_inv_b  # r·v, the positive factor cancels in w
     total = v.sum(-1, keepdim=True)
     w = v / torch.where(total > 0, total, torch.ones_like(total))
     feasible = (w >= -1e-12).all(-1) & (total.squeeze(-1) > 0) & torch.isfinite(w).all(-1)
     w = w.clamp_min(0.0)
-    w = w / w.sum(-1, keepdim=True).clamp_min(TINY)
-    gw = (w.unsqueeze(-2) @ g.unsqueeze(-3)).squeeze(-2)  # [..., S, K]
-    obj = (w * b.unsqueeze(-2)).sum(-1) + r * torch.sqrt((w * gw).sum(-1).clamp(min=0.0) + EPS)
+    w = w / w.sum(-1, keepdim=True).clamp_min(1e-300)
+    return torch.where(feasible.unsqueeze(-1), w, torch.zeros_like(w)), feasible
+
+
+def cagrad_dual_exact(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The dual of :func:`cagrad_dual_weights` solved exactly by enumerating supports (small K).
+
+    Every support's stationary point (:func:`_support_candidates`) is scored; the objective is
+    convex, so the optimum is the feasible (w ≥ 0) candidate of least objective; every
+    singleton support is feasible, so one always exists. Returns ``(weights, w*)``.
+    """
+    k = gram.shape[-1]
+    g, b, r = _dual_terms(gram, c)
+    m = support_masks(k, g.device)
+    w, feasible = _support_candidates(g, b, r, m, ridge_for(gram.dtype))
+    obj = dual_objective(g.unsqueeze(-3), b.unsqueeze(-2), r, w)
     obj = torch.where(feasible, obj, torch.full_like(obj, float("inf")))
     best = obj.argmin(-1, keepdim=True)
     w_star = torch.gather(w, -2, best.unsqueeze(-1).expand(*best.shape, k)).squeeze(-2)
-    gw_norm = torch.sqrt((w_star * (g @ w_star.unsqueeze(-1)).squeeze(-1)).sum(-1, keepdim=True).clamp(min=0.0))
-    lam = r / gw_norm.clamp(min=TINY)
-    return 1.0 / k + lam * w_star, w_star
+    return primal_weights(g, b, r, w_star, c, gram.dtype), w_star
+
+
+def primal_weights(g, b, r, w, c: float, dtype: torch.dtype) -> torch.Tensor:
+    """Weights of d = g0 + (r/‖g_w‖) g_w, or of a better primal-feasible candidate.
+
+    ‖g_w‖ is floored at sqrt(ε) of ``dtype`` (relative to the largest row): below that its
+    direction is rounding noise and r/‖g_w‖ would blow the weights up (to inf in float32);
+    the floor keeps d inside the ball. The candidates are then compared on the primal
+    objective min_i g_i·d (in float64 on G): the dual's d, the mean, and 0 when c ≥ 1.
+    A candidate must win by more than the rounding of its score (``slack``), so near a
+    stationary point, where the dual's score is 0 ± noise, c ≥ 1 returns 0.
+    """
+    k = g.shape[-1]
+    floor = torch.finfo(dtype).eps ** 0.5 * gram_scale(g).squeeze(-1).sqrt()
+    gw_norm = torch.sqrt((w * (g @ w.unsqueeze(-1)).squeeze(-1)).sum(-1, keepdim=True).clamp(min=0.0))
+    dual = 1.0 / k + r / torch.maximum(gw_norm, floor) * w
+    mean = torch.full_like(dual, 1.0 / k)
+    worst = lambda v: (g @ v.unsqueeze(-1)).squeeze(-1).amin(-1, keepdim=True)  # noqa: E731
+    # rounding of min_i (Gv)_i: a few ε of the Gramian's dtype times ‖v‖₁ (G/max diag ≤ 1)
+    slack = 8 * k * torch.finfo(dtype).eps * gram_scale(g).squeeze(-1) * dual.abs().sum(-1, keepdim=True)
+    out = torch.where(worst(mean) > worst(dual) + slack, mean, dual)
+    if c >= 1.0:  # 0 is in the ball and scores 0: keep d only where it certifiably beats that
+        out = torch.where(worst(out) > slack, out, torch.zeros_like(out))
+    return out
 
 
 class CAGrad(WarmStartSolver, GramianAggregator):
@@ -102,7 +160,8 @@ class CAGrad(WarmStartSolver, GramianAggregator):
     solver, ``warm_start`` (False): start each solve from the previous dual solution (same K),
     which cuts iterations when gradients change slowly between steps (it also makes K ≤ 10
     iterate, as MGDA does); the previous solution is then state (``w_prev``). Weights are
-    invariant to a global gradient scale.
+    invariant to a global gradient scale. A solve that stops at ``max_iter`` without reaching
+    ``tol`` increments ``not_converged`` (a device counter).
     """
 
     def __init__(
@@ -118,13 +177,13 @@ class CAGrad(WarmStartSolver, GramianAggregator):
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         # the weights are homogeneous of degree 0 in G: normalise before solving
-        scale = torch.diagonal(gram).amax()
-        gram = gram / torch.where(scale > 0, scale, torch.ones_like(scale))
+        gram = gram / gram_scale(gram)
         init = self._start(gram.shape[-1])
         if gram.shape[-1] <= EXACT_MAX_K and init is None:  # as MGDA: exact unless warm-started
             w, w_dual = cagrad_dual_exact(gram, self.c)
         else:
-            w, w_dual = cagrad_dual_weights(gram, self.c, self.max_iter, self.tol, init=init)
+            w, w_dual, converged = cagrad_dual_solve(gram, self.c, self.max_iter, self.tol, init=init)
+            self._count_not_converged(converged)
         self._remember(w_dual)
         divisor = (1.0, 1.0 + self.c**2, 1.0 + self.c)[self.rescale]
         return (w / divisor).to(gram.dtype)

@@ -89,7 +89,12 @@ class EPOAL(Aggregator):
             return torch.full((k,), 1.0 / k, dtype=like.dtype, device=like.device)
         if self.preference.shape[0] != k:
             raise ValueError(f"EPOAL preference has {self.preference.shape[0]} entries but got K={k} objectives")
-        return self.preference.to(dtype=like.dtype, device=like.device)
+        # cached per (device, dtype): converting the host tensor on every call would be a
+        # host→device copy per step on CUDA
+        key = (like.device, like.dtype)
+        if getattr(self, "_preference_on", (None, None))[0] != key:
+            self._preference_on = (key, self.preference.to(dtype=like.dtype, device=like.device))
+        return self._preference_on[1]
 
     def reset(self) -> None:
         super().reset()

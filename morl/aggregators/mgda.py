@@ -12,17 +12,18 @@ import torch
 
 from morl.aggregators._warm_start import WarmStartSolver
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.min_norm import min_norm
+from morl.solvers.min_norm import min_norm_solve
 
 
 class MGDA(WarmStartSolver, GramianAggregator):
     """Min-norm multiple-gradient descent, solved on the K×K Gramian.
 
-    Options: ``max_iter`` (100) and ``tol`` (1e-8, Frank–Wolfe gap of the problem on G/max diag)
-    bound the iterative solver used for K > 10; K = 2 is closed form, 2 < K ≤ 10 exact support
-    enumeration, K = 1 returns the gradient. ``warm_start`` (False) starts each K > 2 solve
-    iteratively from the previous weights (same K); they are
-    then state (``w_prev``). The weights do not depend on a global scale of the gradients and
+    Options: ``max_iter`` (100 FISTA steps, then Wolfe's active-set steps) and ``tol`` (1e-8:
+    no row may violate the KKT condition g_k·d ≥ ‖d‖² by more than tol·‖g_k‖‖d‖) bound the
+    iterative solver used for K > 10; K = 2 is closed form, 2 < K ≤ 10 exact support
+    enumeration, K = 1 returns the gradient. Unconverged solves count in ``not_converged``.
+    ``warm_start`` (False) starts each K > 2 solve iteratively from the previous weights
+    (same K); they are then state (``w_prev``). The weights do not depend on a global scale of the gradients and
     the direction scales with it linearly.
     """
 
@@ -31,7 +32,9 @@ class MGDA(WarmStartSolver, GramianAggregator):
         self._init_solver(type(self).__name__, max_iter, tol, warm_start)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        w = min_norm(gram, max_iter=self.max_iter, tol=self.tol, init=self._start(gram.shape[-1]))
+        w, converged = min_norm_solve(gram, max_iter=self.max_iter, tol=self.tol, init=self._start(gram.shape[-1]))
+        if gram.shape[-1] > 2:
+            self._count_not_converged(converged)
         self._remember(w)
         return w
 

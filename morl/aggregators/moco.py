@@ -24,7 +24,7 @@ import torch
 
 from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators.base import Aggregator, _finite_rows
-from morl.solvers.min_norm import min_norm
+from morl.solvers.min_norm import min_norm_solve
 from morl.solvers.simplex import project_simplex, softmax_map
 
 LAMBDA_MAPS = ("proj", "softmax", "exact")
@@ -183,7 +183,9 @@ class MoCo(Aggregator):
     def _lambda_step(self, y: torch.Tensor, lam: torch.Tensor, gamma: float) -> torch.Tensor:
         gram = y @ y.T
         if self.lambda_map == "exact":
-            return min_norm(gram, rho=self.rho, max_iter=100, tol=1e-8)
+            lam, converged = min_norm_solve(gram, rho=self.rho, max_iter=100, tol=1e-8)
+            self._count_not_converged(converged)
+            return lam
         grad = gram @ lam + self.rho * lam
         v = lam - (gamma * self.lam_grad_scale) * grad
         return project_simplex(v) if self.lambda_map == "proj" else softmax_map(v)
@@ -199,9 +201,18 @@ class MoCo(Aggregator):
     def _project_rows(self, y: torch.Tensor) -> torch.Tensor:
         if self.y_radius is None:
             return y
-        radius = torch.as_tensor(self.y_radius, dtype=y.dtype, device=y.device).reshape(-1, 1)
+        radius = self._radius_on(y)
         norm = y.norm(dim=1, keepdim=True)
         return y * torch.clamp(radius / torch.clamp(norm, min=torch.finfo(y.dtype).tiny), max=1.0)
+
+    def _radius_on(self, like: torch.Tensor) -> torch.Tensor:
+        """The radii as a [K or 1, 1] tensor on ``like``'s device, made once per device/dtype
+        (building it from the Python floats every call is a host→device copy on CUDA)."""
+        key = (like.device, like.dtype)
+        if getattr(self, "_radius_cache", (None, None))[0] != key:
+            radius = torch.as_tensor(self.y_radius, dtype=like.dtype, device=like.device).reshape(-1, 1)
+            self._radius_cache = (key, radius)
+        return self._radius_cache[1]
 
     def _ensure_state(self, g: torch.Tensor) -> None:
         if self.y is None:

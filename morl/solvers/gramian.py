@@ -1,4 +1,4 @@
-"""Scale handling for K×K Gramians, so solvers see numbers of order one at any gradient scale."""
+"""Forming and scaling K×K Gramians, so solvers see numbers of order one at any gradient scale."""
 
 from __future__ import annotations
 
@@ -16,19 +16,48 @@ def gram_scale(gram: torch.Tensor) -> torch.Tensor:
     return torch.where(s > tiny, s, torch.ones_like(s))
 
 
-def normalized_gramian(grads: torch.Tensor, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(G / s, s)`` for the rows of ``grads`` ([..., K, D]); the K×K result is in ``dtype``.
+def gramian(grads: torch.Tensor) -> torch.Tensor:
+    """``grads @ grads.T`` ([..., K, K], in the input's dtype) in ONE pass over the [K, D] matrix.
 
-    Each [K, D] matrix is divided by its largest absolute entry before the product, so
-    gradients from 1e-20 to 1e20 give a finite Gramian even in float32; ``s`` ([...], 0-d for
-    one matrix) is the scale to multiply back (1 for an all-zero matrix). The [K, D] product runs
-    in the input's dtype (a float64 copy of a large G costs 4x the float32 product); only the
-    K×K result is promoted. Leading dimensions batch independent problems (e.g. m particles).
+    No scaled [K, D] copy is made: in float32, rows with entries between 1e-12 and 1e12 (any D
+    up to ~1e8) give a finite, normal-range Gramian directly. Outside that range the product
+    over/underflows; on CPU (where reading a flag costs nothing) that is detected and the
+    product is redone on rows divided by their largest entry. On other devices no flag is read
+    (that would be a host sync): an overflowed Gramian gives a non-finite direction, which the
+    aggregator's ``check_finite`` policy then reports instead of returning it.
     """
+    gram = grads @ grads.transpose(-2, -1)
+    if grads.device.type == "cpu" and not _well_scaled(gram):
+        gram = _rescaled_gramian(grads)
+    return gram
+
+
+def _well_scaled(gram: torch.Tensor) -> bool:
+    """Finite and not in the subnormal range (where products lose their relative precision)."""
+    info = torch.finfo(gram.dtype)
+    top = torch.diagonal(gram, dim1=-2, dim2=-1).amax()
+    return bool(torch.isfinite(gram).all() & ((top >= info.tiny / info.eps) | (top == 0)))
+
+
+def _rescaled_gramian(grads: torch.Tensor) -> torch.Tensor:
+    """(rows / a)(rows / a)ᵀ · a² with a the largest |entry| (the slow, always-safe form), in float64."""
     dims = (-2, -1)
-    amax = torch.maximum(grads.amax(dim=dims, keepdim=True), -grads.amin(dim=dims, keepdim=True))  # no |G| copy
+    amax = torch.maximum(grads.amax(dim=dims, keepdim=True), -grads.amin(dim=dims, keepdim=True))
     amax = torch.where(amax > 0, amax, torch.ones_like(amax))
     g = grads * (1.0 / amax)
-    gram = (g @ g.transpose(-2, -1)).to(dtype)
+    return (g @ g.transpose(-2, -1)).to(torch.float64) * amax.to(torch.float64) ** 2
+
+
+def normalized_gramian(grads: torch.Tensor, dtype: torch.dtype | None = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(G / s, s)`` for the rows of ``grads`` ([..., K, D]), s the largest diagonal entry of G.
+
+    G is formed by :func:`gramian` (one pass, no [K, D] copy); only the K×K result is cast to
+    ``dtype`` (None keeps the input's dtype, so solvers can tell how precise G is) and scaled.
+    ``s`` ([...], 0-d for one matrix) is the scale to multiply back (1 for an all-zero matrix).
+    Leading dimensions batch independent problems (e.g. m particles).
+    """
+    gram = gramian(grads)
+    if dtype is not None:
+        gram = gram.to(dtype)
     s = gram_scale(gram)
-    return gram / s, (s * amax.to(dtype) ** 2).squeeze(-1).squeeze(-1)
+    return gram / s, s.squeeze(-1).squeeze(-1)

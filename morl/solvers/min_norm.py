@@ -2,11 +2,20 @@
 
     λ* = argmin_{λ∈Δ_K} ½ λᵀ G λ (+ ρ/2 ‖λ‖²),    d = Σ_k λ*_k g_k.
 
-K = 2 has a closed form (with the reference code's tie branches); K > 2 uses accelerated
-projected gradient on the simplex (:mod:`morl.solvers.simplex_descent`). All functions take
-``gram`` of shape ``[..., K, K]`` and return ``λ`` of shape ``[..., K]``; they solve in float64
-on the Gramian divided by its largest diagonal entry, so the answer does not depend on the
-gradients' scale.
+K = 2 has a closed form (with the reference code's tie branches); 2 < K ≤ ``EXACT_MAX_K``
+enumerates supports; larger K runs accelerated projected gradient on the simplex
+(:mod:`morl.solvers.simplex_descent`) to find the support, then Wolfe's active-set steps
+(Wolfe 1976, "Finding the nearest point in a polytope") make it exact. All functions take
+``gram`` of shape ``[..., K, K]`` and return ``λ`` of shape ``[..., K]``.
+
+Scale. Everything is solved in float64 on G divided by its largest diagonal entry, and the
+linear systems on G's *equilibrated* form D⁻¹GD⁻¹ (D = diag(‖g_k‖), unit diagonal), so
+rows whose norms differ by 1e6 are solved as accurately as equal ones. The ridge that keeps
+singular supports solvable is relative too: ρ_r ‖g_k‖² on the diagonal, with ρ_r a few
+rounding units of ``gram``'s dtype (:func:`ridge_for`). A Gramian formed in float32 is only
+known to ~1e-7 relative, so it is singular "up to rounding" when the rows are (rank-deficient
+or Pareto-stationary Jacobians); the ridge makes such a Gramian positive definite, and the
+direction then conflicts with g_k by at most ρ_r‖g_k‖²λ_k (its KKT conditions).
 """
 
 from __future__ import annotations
@@ -22,8 +31,35 @@ EPS_2 = 1e-8
 #: small linear systems in one batched solve): ~1 ms instead of tens of FISTA iterations
 #: of small kernels each. Above it the batch grows as 2^K and the iterative solver wins.
 EXACT_MAX_K = 10
-#: Ridge added to each support's system so colinear or identical gradients stay solvable.
+#: Smallest relative ridge (float64 Gramians), in units of each row's squared norm.
 RIDGE = 1e-12
+#: Relative ridge in rounding units of the Gramian's dtype (float32: 16 ε ≈ 1.9e-6).
+RIDGE_ULPS = 16
+#: A candidate weight below −FEASIBLE is infeasible (λ is scale-free, in [0, 1]).
+FEASIBLE = 1e-10
+#: Candidates within TIE (relative) of the best objective are tied; the first one wins.
+TIE = 1e-9
+#: Squared row norms below this (on G / max diag) count as zero rows.
+ZERO_ROW = 1e-300
+
+
+def ridge_for(dtype: torch.dtype) -> float:
+    """The relative ridge for a Gramian held in ``dtype`` (how precisely it is known)."""
+    return max(RIDGE, RIDGE_ULPS * torch.finfo(dtype).eps)
+
+
+def equilibrate(gram: torch.Tensor, ridge: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(D⁻¹GD⁻¹ + ridge·I, d)`` with d_k = ‖g_k‖ (1 for zero rows): a unit-diagonal system."""
+    diag = torch.diagonal(gram, dim1=-2, dim2=-1)
+    d = torch.where(diag > ZERO_ROW, diag, torch.ones_like(diag)).sqrt()
+    eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
+    return gram / (d.unsqueeze(-1) * d.unsqueeze(-2)) + ridge * eye, d
+
+
+def regularised(gram: torch.Tensor, ridge: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(G_r, Ĝ_r, d)``: G_r = D Ĝ_r D = G + ridge·D², the problem actually solved."""
+    g_hat, d = equilibrate(gram, ridge)
+    return g_hat * (d.unsqueeze(-1) * d.unsqueeze(-2)), g_hat, d
 
 
 def support_masks(k: int, device: torch.device) -> torch.Tensor:
@@ -32,45 +68,63 @@ def support_masks(k: int, device: torch.device) -> torch.Tensor:
     return ((idx.unsqueeze(-1) >> torch.arange(k, device=device)) & 1).to(torch.float64)
 
 
-def support_systems(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(masks [S, K], A [..., S, K, K])``: for every non-empty support S, ``A`` is G restricted
-    to S (plus :data:`RIDGE` on the diagonal) with the identity outside it, so that solving
-    ``A x = 1_S`` or ``A x = b ⊙ 1_S`` gives ``G_SS⁻¹`` applied on S and zeros elsewhere.
-    The exact small-K solvers (min-norm here, CAGrad's dual) enumerate supports with it."""
-    k = gram.shape[-1]
-    m = support_masks(k, gram.device)
-    eye = torch.eye(k, dtype=gram.dtype, device=gram.device)
-    a = m[:, :, None] * (gram + RIDGE * eye).unsqueeze(-3) * m[:, None, :] + torch.diag_embed(1 - m)
-    return m, a
+def restricted(g_hat: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """``g_hat`` restricted to the mask(s) ``m`` ([..., K]) with the identity outside, so that
+    solving it against ``b ⊙ m`` applies ``G_SS⁻¹`` on S and gives zeros elsewhere."""
+    return m.unsqueeze(-1) * g_hat * m.unsqueeze(-2) + torch.diag_embed(1 - m)
 
 
-def min_norm_exact(gram: torch.Tensor) -> torch.Tensor:
+def support_systems(gram: torch.Tensor, ridge: float = RIDGE) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(masks [S, K], A [..., S, K, K], d [..., K])`` for every non-empty support S: ``A`` is
+    the equilibrated, ridged Gramian restricted to S (:func:`restricted`). ``G_SS⁻¹ b`` on S is
+    ``solve(A, m ⊙ b / d) / d``. The exact small-K solvers (min-norm here, CAGrad's dual)
+    enumerate supports with it."""
+    m = support_masks(gram.shape[-1], gram.device)
+    g_hat, d = equilibrate(gram, ridge)
+    return m, restricted(g_hat.unsqueeze(-3), m), d
+
+
+def _normalise_weights(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x / Σx, Σx ≠ 0 and finite)``; the sign of Σx is irrelevant once divided out."""
+    total = x.sum(-1, keepdim=True)
+    ok = (total != 0) & torch.isfinite(total)
+    return x / torch.where(ok, total, torch.ones_like(total)), ok.squeeze(-1)
+
+
+def quad(gram: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+    """λᵀGλ over the last dim, batched (``gram`` broadcasts over ``lam``'s extra dims)."""
+    return ((lam.unsqueeze(-2) @ gram).squeeze(-2) * lam).sum(-1)
+
+
+def min_norm_exact(gram: torch.Tensor, ridge: float | None = None) -> torch.Tensor:
     """Exact min-norm weights by support enumeration (use for small K; no iteration, no sync).
 
-    For every support S the equality-constrained problem min ½λᵀGλ, 1ᵀλ = 1, λ_i = 0 (i ∉ S)
+    For every support S the equality-constrained problem min ½λᵀG_rλ, 1ᵀλ = 1, λ_i = 0 (i ∉ S)
     gives λ_S ∝ G_SS⁻¹1. The optimum's own support yields the optimum, every other feasible
     candidate is a feasible point, so the feasible candidate of least objective is optimal.
     """
     k = gram.shape[-1]
     g = gram.to(torch.float64)
     g = g / gram_scale(g)
-    m, a = support_systems(g)  # [S, K], [..., S, K, K]
-    x = torch.linalg.solve(a, m.expand(a.shape[:-1]))  # [..., S, K]
-    total = x.sum(-1, keepdim=True)
-    lam = x / torch.where(total.abs() > 0, total, torch.ones_like(total))
-    feasible = (lam >= -1e-12).all(-1) & (total.squeeze(-1) > 0)
-    obj = ((lam.unsqueeze(-2) @ g.unsqueeze(-3)).squeeze(-2) * lam).sum(-1)  # [..., S]
+    ridge = ridge_for(gram.dtype) if ridge is None else ridge
+    m, a, d = support_systems(g, ridge)  # [S, K], [..., S, K, K], [..., K]
+    d = d.unsqueeze(-2)
+    x = torch.linalg.solve(a, m / d) / d  # [..., S, K]: G_SS⁻¹1 on each support
+    lam, ok = _normalise_weights(x)
+    feasible = ok & (lam >= -FEASIBLE).all(-1)
+    obj = quad(regularised(g, ridge)[0].unsqueeze(-3), lam)  # [..., S]
     obj = torch.where(feasible, obj, torch.full_like(obj, float("inf")))
     # Degenerate (rank-deficient) Gramians have many optimal supports: take the first one
     # within rounding of the optimum so the weights do not flip with the gradients' scale.
-    tied = obj <= obj.amin(-1, keepdim=True) + 1e-10
+    best_obj = obj.amin(-1, keepdim=True)
+    tied = obj <= best_obj + TIE * best_obj.abs()
     best = tied.to(torch.int8).argmax(-1, keepdim=True)  # first tied support, [..., 1]
     out = torch.gather(lam, -2, best.unsqueeze(-1).expand(*best.shape, k)).squeeze(-2).clamp_min(0)
     return out / out.sum(-1, keepdim=True)
 
 
 def min_norm_2(gram: torch.Tensor, eps: float = EPS_2) -> torch.Tensor:
-    """Closed-form K = 2 min-norm weights ``[..., 2]`` (spec §1.3, code form).
+    """Closed-form K = 2 min-norm weights ``[..., 2]`` (the reference code's form).
 
     With g11 = ‖g1‖², g12 = g1·g2, g22 = ‖g2‖²:
     if g12 < min(g11, g22): λ = (g22 − g12)/(g11 + g22 − 2 g12 + eps);
@@ -85,41 +139,106 @@ def min_norm_2(gram: torch.Tensor, eps: float = EPS_2) -> torch.Tensor:
     return torch.stack([lam, 1 - lam], dim=-1)
 
 
+def kkt_violation(gram_r: torch.Tensor, lam: torch.Tensor, tol: float) -> torch.Tensor:
+    """[..., K]: how far each row is from the min-norm KKT condition (G_r λ)_k ≥ λᵀG_rλ, beyond
+    ``tol`` relative to the problem's own scale ‖g_k‖‖d‖ (and float64 rounding). > 0 means
+    adding row k to the support would shorten d."""
+    grad = (gram_r @ lam.unsqueeze(-1)).squeeze(-1)
+    f = (lam * grad).sum(-1, keepdim=True).clamp_min(0)
+    diag = torch.diagonal(gram_r, dim1=-2, dim2=-1)
+    floor = 8 * lam.shape[-1] * torch.finfo(torch.float64).eps * (diag.sqrt() + f.sqrt())
+    return (f - grad) - tol * (diag * f).sqrt() - floor
+
+
+def wolfe_steps(gram_r, g_hat, d, lam, tol: float, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Wolfe's min-norm-point iterations from the feasible ``lam``; ``(λ, converged [...])``.
+
+    A major step (the affine minimiser on the support S is ≥ 0) moves there and adds the row
+    that violates the KKT condition most; a minor step moves towards it until a weight hits 0
+    and drops that row. Batched with masks, so no host sync; on CPU it stops once every entry
+    has converged. An entry still moving after ``rounds`` steps is reported as not converged.
+    """
+    support = lam > 0
+    done = torch.zeros(lam.shape[:-1], dtype=torch.bool, device=lam.device)
+    for _ in range(rounds):
+        m = support.to(lam.dtype)
+        y, ok = _normalise_weights(m * torch.linalg.solve(restricted(g_hat, m), m / d) / d)
+        major = ok & ((y >= 0) | ~support).all(-1) & ~done
+        viol = torch.where(support, torch.full_like(y, -1.0), kkt_violation(gram_r, y.clamp_min(0), tol))
+        enter = viol.argmax(-1, keepdim=True)
+        adds = major & (viol.gather(-1, enter).squeeze(-1) > 0)
+        # minor step: the largest θ ∈ [0, 1] keeping λ + θ(y − λ) ≥ 0; the blocking row leaves
+        ratio = torch.where(support & (y < 0), lam / (lam - y), torch.full_like(y, float("inf")))
+        theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
+        leave = ratio.argmin(-1, keepdim=True)
+        minor = ok & ~major & ~done
+        lam_minor = (lam + theta * (y - lam)).scatter(-1, leave, 0.0).clamp_min(0)
+        lam_minor = lam_minor / lam_minor.sum(-1, keepdim=True)
+        lam = torch.where(major.unsqueeze(-1), y.clamp_min(0), torch.where(minor.unsqueeze(-1), lam_minor, lam))
+        entering = torch.zeros_like(support).scatter(-1, enter, True) & adds.unsqueeze(-1)
+        support = torch.where(minor.unsqueeze(-1), lam_minor > 0, support | entering)
+        done = done | (major & ~adds)
+        if lam.device.type == "cpu" and bool(done.all()):
+            break
+    return lam, done
+
+
+def min_norm_solve(
+    gram: torch.Tensor, rho: float = 0.0, max_iter: int = 500, tol: float = 1e-8, init: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(λ, converged)``: :func:`min_norm` plus a [...] bool saying whether the solve reached
+    ``tol`` (always True for the closed form and the enumeration). No host sync."""
+    k = gram.shape[-1]
+    work = gram.to(torch.float64)
+    if rho:
+        work = work + rho * torch.eye(k, dtype=work.dtype, device=work.device)
+    done = torch.ones(gram.shape[:-2], dtype=torch.bool, device=gram.device)
+    if k == 1:
+        return torch.ones(gram.shape[:-1], dtype=gram.dtype, device=gram.device), done
+    if k == 2:
+        return min_norm_2(work).to(gram.dtype), done
+    if k <= EXACT_MAX_K and init is None:
+        return min_norm_exact(work, ridge_for(gram.dtype)).to(gram.dtype), done
+    lam, done = min_norm_iterative(work, ridge_for(gram.dtype), max_iter, tol, init)
+    return lam.to(gram.dtype), done
+
+
+def min_norm_iterative(work, ridge, max_iter, tol, init) -> tuple[torch.Tensor, torch.Tensor]:
+    """FISTA on the simplex finds the support cheaply; Wolfe's steps then make it exact."""
+    k = work.shape[-1]
+    work = work / gram_scale(work)
+    gram_r, g_hat, d = regularised(work, ridge)
+    x0 = torch.full(work.shape[:-1], 1.0 / k, dtype=work.dtype, device=work.device) if init is None else init.to(work)
+
+    def fun(lam):
+        glam = (gram_r @ lam.unsqueeze(-1)).squeeze(-1)
+        return 0.5 * (lam * glam).sum(-1), glam
+
+    # 1/trace ≤ 1/λ_max is a safe first step; the line search grows it.
+    step0 = 1.0 / torch.diagonal(gram_r, dim1=-2, dim2=-1).sum(-1)
+    lam = minimize_on_simplex(fun, x0, step0, max_iter=max_iter, tol=tol)
+    # FISTA leaves many weights ~1e-9 that Wolfe would drop one per step: cut them first
+    lam = torch.where(lam > 1e-6 * lam.amax(-1, keepdim=True), lam, torch.zeros_like(lam))
+    lam = lam / lam.sum(-1, keepdim=True)
+    return wolfe_steps(gram_r, g_hat, d, lam, tol, rounds=k + 10)
+
+
 def min_norm(
     gram: torch.Tensor,
     rho: float = 0.0,
     max_iter: int = 500,
-    tol: float = 1e-12,
+    tol: float = 1e-8,
     init: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Weights λ ∈ Δ_K minimising ½‖Σ λ_k g_k‖² + (ρ/2)‖λ‖² given ``gram`` = [g_i·g_j].
 
     ``rho`` is in the units of ``gram`` (MoCo's regulariser; 0 gives MGDA). K = 1 returns 1,
     K = 2 the closed form, 2 < K ≤ ``EXACT_MAX_K`` (without ``init``) the exact support
-    enumeration, larger K iterates from ``init`` (default uniform) until the
-    Frank–Wolfe gap of the normalised problem is below ``tol`` or ``max_iter`` is reached.
+    enumeration, larger K iterates from ``init`` (default uniform): at most ``max_iter``
+    FISTA steps, then Wolfe's steps until no row violates the KKT condition by more than
+    ``tol``·‖g_k‖‖d‖ (relative, so it means the same at every scale and row-norm spread).
     """
-    k = gram.shape[-1]
-    work = gram.to(torch.float64)
-    if rho:
-        work = work + rho * torch.eye(k, dtype=work.dtype, device=work.device)
-    if k == 1:
-        return torch.ones(gram.shape[:-1], dtype=gram.dtype, device=gram.device)
-    if k == 2:
-        return min_norm_2(work).to(gram.dtype)
-    if k <= EXACT_MAX_K and init is None:
-        return min_norm_exact(work).to(gram.dtype)
-    work = work / gram_scale(work)
-    x0 = torch.full(work.shape[:-1], 1.0 / k, dtype=work.dtype, device=work.device) if init is None else init.to(work)
-
-    def fun(lam):
-        glam = (work @ lam.unsqueeze(-1)).squeeze(-1)
-        return 0.5 * (lam * glam).sum(-1), glam
-
-    # 1/trace ≤ 1/λ_max is a safe first step; the line search grows it.
-    step0 = 1.0 / torch.diagonal(work, dim1=-2, dim2=-1).sum(-1)
-    lam = minimize_on_simplex(fun, x0, step0, max_iter=max_iter, tol=tol)
-    return lam.to(gram.dtype)
+    return min_norm_solve(gram, rho, max_iter, tol, init)[0]
 
 
 def min_norm_gap(gram: torch.Tensor, lam: torch.Tensor, rho: float = 0.0) -> torch.Tensor:

@@ -44,11 +44,14 @@ def minimize_on_simplex(
     step0: torch.Tensor,
     max_iter: int = 500,
     tol: float = 1e-12,
-) -> torch.Tensor:
+    return_converged: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Minimise the convex ``fun`` over the simplex starting from ``x0`` ([..., K]).
 
     ``step0`` ([...] or scalar) is the first trial step; ``tol`` is the Frank–Wolfe gap, in the
-    units of ``fun``, at which an entry stops moving. Returns the final iterate.
+    units of ``fun``, at which an entry stops moving. Returns the final iterate, and with
+    ``return_converged`` also a [...] bool: the entry reached ``tol`` or stalled at rounding
+    level (False: ``max_iter`` ran out first).
     """
     x = project_simplex(x0)
     fx, gx = fun(x)
@@ -88,4 +91,4 @@ def minimize_on_simplex(
             stalled_once, f_window = stalled, fx
             if x.device.type == "cpu" and bool(done.all()):
                 break
-    return x
+    return (x, done) if return_converged else x
