@@ -12,8 +12,11 @@ One update, top to bottom (batch rows are tasks: ``[T, B, ...]``):
 3. temperatures: one ``log_alpha`` per task, each driven by its own task's entropy.
 4. targets: Polyak averaging of the critic ensemble.
 
-No step reads a value back from the device: non-finite gradients are zeroed with
-``torch.where`` and counted in a device tensor (``nonfinite_updates``).
+No step reads a value back from the device. An optimizer step that would leave a NaN/inf
+anywhere (gradients, Adam's moments, the parameters) is skipped entirely, decided on the
+device (see ``_guarded_step``); skipped updates are counted in device tensors
+(``nonfinite_updates`` in total, ``nonfinite_streak`` in a row, ``nonfinite_longest`` the
+longest such run) that the training loop reads once per log interval.
 """
 
 from __future__ import annotations
@@ -115,6 +118,8 @@ class MTSAC:
         if self.critic_aggregator is not None:
             self.critic_aggregator.reset()
         self.nonfinite_updates = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.nonfinite_streak = torch.zeros((), dtype=torch.int64, device=self.device)
+        self.nonfinite_longest = torch.zeros((), dtype=torch.int64, device=self.device)
         self._task_eye = torch.eye(num_tasks, device=self.device)
         self._actor_names = [n for n, _ in self.actor.named_parameters()]
         trunk = set(self.actor.trunk_parameter_names())
@@ -159,10 +164,18 @@ class MTSAC:
             with torch.no_grad():
                 target, online = list(self.critic_target.parameters()), list(self.critic.parameters())
                 torch._foreach_lerp_(target, online, self.cfg.tau)
-        self.nonfinite_updates += (~ok).to(torch.int64)
+        self._count_nonfinite(ok)
         out["alpha"] = self.log_alpha.detach().exp()
         out["nonfinite_updates"] = self.nonfinite_updates.clone()
+        out["nonfinite_streak"] = self.nonfinite_streak.clone()
         return out
+
+    def _count_nonfinite(self, ok: torch.Tensor) -> None:
+        # Device-side counters: the loop reads them at its log/checkpoint points, not per update.
+        bad = (~ok).to(torch.int64)
+        self.nonfinite_updates += bad
+        self.nonfinite_streak.mul_(1 - bad).add_(bad)  # +1 on a skipped update, 0 on a taken one
+        torch.maximum(self.nonfinite_longest, self.nonfinite_streak, out=self.nonfinite_longest)
 
     def _critic_losses_eager(self, obs, action, reward, next_obs, terminated, eps_next, alpha) -> torch.Tensor:
         """Per-task critic losses ``[T]``: the sum over the twins of the mean squared soft TD error."""
@@ -281,6 +294,7 @@ class MTSAC:
             "alpha_opt": self.alpha_opt.state_dict(), "aggregator": self.aggregator.state_dict(),
             "critic_aggregator": None if self.critic_aggregator is None else self.critic_aggregator.state_dict(),
             "generator": self.generator.get_state(), "nonfinite_updates": self.nonfinite_updates.clone(),
+            "nonfinite_streak": self.nonfinite_streak.clone(), "nonfinite_longest": self.nonfinite_longest.clone(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -297,6 +311,9 @@ class MTSAC:
             self.critic_aggregator.load_state_dict(state["critic_aggregator"])
         self.generator.set_state(state["generator"].cpu() if hasattr(state["generator"], "cpu") else state["generator"])
         self.nonfinite_updates.copy_(state["nonfinite_updates"])
+        # checkpoints from before the streak counters: no streak known
+        self.nonfinite_streak.copy_(state.get("nonfinite_streak", torch.zeros((), dtype=torch.int64)))
+        self.nonfinite_longest.copy_(state.get("nonfinite_longest", torch.zeros((), dtype=torch.int64)))
 
 
 def _nonraising(aggregator: Aggregator) -> Aggregator:
@@ -320,32 +337,97 @@ def _adam(params, lr: float) -> torch.optim.Adam:
 
 def _guarded_step(opt: torch.optim.Adam, params: list[torch.Tensor], max_norm: float | None,
                   ok: torch.Tensor | None = None) -> torch.Tensor:
-    """Clip, then step unless a gradient is non-finite (or ``ok`` is False); returns ``ok`` on device."""
+    """Clip, then step unless the step could leave a NaN/inf behind (or ``ok`` is False).
+
+    Returns ``ok`` on the device; no host sync. A skipped step is skipped entirely: the
+    parameters, Adam's moments and its step count stay exactly as they were (a step on zeroed
+    gradients would still move the parameters through the momentum and decay the moments).
+    The parameters after the step are checked without computing them: finite gradients with a
+    finite squared norm keep the moments finite, and ``_would_stay_finite`` bounds the step.
+    """
     grads = [p.grad for p in params]
-    finite, _ = _guard_and_clip(grads, max_norm, zero_bad=not opt.defaults.get("fused"))
+    finite, _ = _guard_and_clip(grads, max_norm, zero_bad=False)
     ok = finite if ok is None else finite & ok
+    ok = ok & _would_stay_finite(opt, params)
     if opt.defaults.get("fused"):
+        # the fused kernel skips everything, step count included, when found_inf is 1
         opt.found_inf = (~ok).to(torch.float32)
+        opt.step()
     else:
-        for g in grads:
-            torch.where(ok, g, torch.zeros((), dtype=g.dtype, device=g.device), out=g)
-    opt.step()
+        _step_or_restore(opt, params, ok)
     return ok
+
+
+def _adam_step_bound(opt: torch.optim.Adam) -> float:
+    """An upper bound on ``|Δθ| / lr`` of any Adam step, for every coordinate and step count.
+
+    With zero-initialised moments over the taken steps' gradients g_1..g_t, Cauchy-Schwarz gives
+    |m_t| <= (1-β1) sqrt(Σ_k (β1²/β2)^k) sqrt(v_t / (1-β2)); Adam's step
+    lr |m_t| / (1-β1^t) / (sqrt(v_t / (1-β2^t)) + ε) is then at most
+    lr / sqrt((1-β2)(1-β1²/β2)) (about 72.6 lr for the default betas). Without β1² < β2 there is
+    no bound (inf: such steps are never taken).
+    """
+    b1, b2 = opt.defaults["betas"]
+    if not b1 * b1 < b2 < 1:
+        return math.inf
+    return 1.0 / math.sqrt((1.0 - b2) * (1.0 - b1 * b1 / b2))
+
+
+def _would_stay_finite(opt: torch.optim.Adam, params: list[torch.Tensor]) -> torch.Tensor:
+    """Device flag: ``max|θ| + 2 · lr · bound`` is finite, so no parameter can overflow this step.
+
+    One max-reduction over the parameters instead of a copy of the would-be update; the factor 2
+    covers rounding. Only an absurd learning rate (about 1e36 and more) or parameters already
+    near the float range make it False.
+    """
+    lr = opt.param_groups[0]["lr"]
+    reach = 2.0 * lr * _adam_step_bound(opt)
+    top = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(params, math.inf)), math.inf)
+    return torch.isfinite(top + reach) if math.isfinite(reach) else torch.zeros((), dtype=torch.bool, device=top.device)
+
+
+@torch.no_grad()
+def _step_or_restore(opt: torch.optim.Optimizer, params: list[torch.Tensor], ok: torch.Tensor) -> None:
+    """Step, then put parameters and optimizer state back wherever ``ok`` (or the result) is not finite.
+
+    For optimizers without the fused kernel's ``found_inf`` (a device/dtype without it): this
+    path copies the parameters and the state, which the fused path avoids. State created by
+    this very step (Adam's first step) is restored to zeros, which is how Adam starts.
+    """
+    saved = [p.detach().clone() for p in params]
+    state_before = [{k: v.clone() for k, v in opt.state[p].items() if torch.is_tensor(v)} for p in params]
+    for g in (p.grad for p in params):  # no NaN inside the optimizer even when the step is thrown away
+        torch.where(ok, g, torch.zeros((), dtype=g.dtype, device=g.device), out=g)
+    opt.step()
+    state_after = [{k: v for k, v in opt.state[p].items() if torch.is_tensor(v)} for p in params]
+    tensors = [*params, *(v for st in state_after for v in st.values())]
+    ok = ok & torch.isfinite(torch.stack(torch._foreach_norm(tensors, math.inf)).amax())
+    for p, old in zip(params, saved):
+        p.copy_(torch.where(ok, p, old))
+    for before, after in zip(state_before, state_after):
+        for key, new in after.items():
+            new.copy_(torch.where(ok, new, before.get(key, torch.zeros_like(new))))
 
 
 def _guard_and_clip(grads: list[torch.Tensor], max_norm: float | None,
                     zero_bad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Whether all gradients are finite, and their total norm; clips to ``max_norm``; no host sync.
 
-    With ``zero_bad`` non-finite gradients are replaced by zeros (for optimizers that cannot skip).
+    ``ok`` also requires the squared norm of the (clipped) gradient to be finite: then every
+    g² is finite and so is Adam's second moment (a finite norm alone can hide an overflowing
+    g² when the norm is accumulated in higher precision). With ``zero_bad`` non-finite
+    gradients are replaced by zeros (for optimizers that cannot skip).
     """
     norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    ok = torch.isfinite(norm)
+    post = norm
+    if max_norm is not None:
+        coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+        post = norm * coef
+    ok = torch.isfinite(norm) & torch.isfinite(post * post)
     if zero_bad:
         for g in grads:
             torch.where(ok, g, torch.zeros((), dtype=g.dtype, device=g.device), out=g)
     if max_norm is not None:
-        coef = (max_norm / (norm + 1e-6)).clamp(max=1.0)
         torch._foreach_mul_(grads, torch.where(ok, coef, torch.zeros_like(coef)))
     return ok, norm
 
