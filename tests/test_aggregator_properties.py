@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from morl.aggregators import build
+from morl.aggregators import Aggregator, build
 from morl.solvers import min_norm_gap
 
 NAMES = ("mean", "mgda", "smg", "pcgrad", "cagrad", "moco")
@@ -226,3 +226,233 @@ def test_warm_start_gives_the_same_directions(name, gen):
         j = base + 0.05 * torch.randn(base.shape, generator=gen, dtype=base.dtype)
         torch.testing.assert_close(warm(j), cold(j), rtol=1e-4, atol=1e-5 * j.norm().item())
     assert warm.state_dict()["w_prev"].shape == (6,)
+
+
+# =================================================================================================
+# The guarantees of each method over GENERATED matrices of controlled rank, row-norm spread and
+# scale, in both dtypes (TorchJD's property suite taken as the specification, written anew).
+# Tolerances are relative to the problem's own scale ‖g_k‖·max_j‖g_j‖ and to the input dtype's
+# rounding: measured worst cases over these generators (seeds 0..4) were 6e-7 (float32) and
+# 4e-13 (float64) for MGDA; the bounds below leave > 10x margin.
+# =================================================================================================
+DTYPES = (torch.float32, torch.float64)
+REL_TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
+
+
+def controlled(gen, k, d, rank, spread=0.0, scale=1.0, dtype=torch.float64):
+    """K×D of rank ``rank``; row norms spread over ``spread`` decades; overall ``scale``."""
+    u = torch.randn(k, rank, generator=gen, dtype=torch.float64)
+    v = torch.randn(rank, d, generator=gen, dtype=torch.float64)
+    rows = 10 ** torch.linspace(0.0, -spread, k, dtype=torch.float64)
+    return ((u @ v) * rows[:, None] * scale).to(dtype)
+
+
+def stationary(gen, k, d, rank, scale=1.0, dtype=torch.float64):
+    """Pareto-stationary K×D: rows of rank ≤ rank + 1 whose combination with weights λ > 0 is 0."""
+    j = controlled(gen, k, d, rank)
+    lam = torch.rand(k, generator=gen, dtype=torch.float64) + 0.1
+    j = j - (lam / lam.sum()) @ j
+    return (j * scale).to(dtype)
+
+
+def cases(gen, dtype, ks=(3, 5, 10, 20, 40)):
+    """(label, J) over K, rank, spread and scale; float64 generation, then cast."""
+    for k in ks:
+        for scale in (1e-12, 1.0, 1e12):
+            yield f"K={k} full s={scale:g}", controlled(gen, k, 3 * k, k, scale=scale, dtype=dtype)
+            yield f"K={k} rank-deficient s={scale:g}", controlled(gen, k, 30, max(1, k // 3), scale=scale, dtype=dtype)
+            yield f"K={k} stationary s={scale:g}", stationary(gen, k, 30, max(1, k // 2), scale=scale, dtype=dtype)
+        for spread in (4.0, 6.0):
+            yield f"K={k} spread 1e{spread:g}", controlled(gen, k, 3 * k + 5, k, spread=spread, dtype=dtype)
+
+
+def _conflict(j, d):
+    """min_k g_k·d / (‖g_k‖ max_j ‖g_j‖), in float64 (≥ 0: no objective increases along −d)."""
+    j64, d64 = j.double(), d.double()
+    norms = j64.norm(dim=1)
+    return ((j64 @ d64) / (norms.clamp_min(1e-300) * norms.max())).min().item()
+
+
+COMMON_DESCENT = [("mgda", {}), ("smg", {}), ("cagrad", {"c": 1.0}), ("cagrad", {"c": 2.0, "rescale": 0})]
+
+
+@pytest.mark.parametrize("name, options", COMMON_DESCENT)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_non_conflicting(name, options, dtype, gen):
+    """MGDA/SMG (Désidéri 2012) and CAGrad with c ≥ 1 (0 is in its ball, so its worst-task
+    inner product is ≥ 0; arXiv 2110.14048 eq. 2) never increase a loss along −d."""
+    for label, j in cases(gen, dtype):
+        d = build(name, **options)(j)
+        assert _conflict(j, d) >= -REL_TOL[dtype], (label, _conflict(j, d))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mgda_lemma_holds_relative_to_each_row(dtype, gen):
+    """g_k·d ≥ ‖d‖² for every k, up to rounding relative to ‖g_k‖‖d‖: holds also when row
+    norms differ by 1e6 (absolute tolerances in units of the largest row used to break it)."""
+    for label, j in cases(gen, dtype):
+        d = build("mgda")(j).double()
+        jj = j.double()
+        excess = (jj @ d - d @ d) / (jj.norm(dim=1) * jj.norm(dim=1).max()).clamp_min(1e-300)
+        assert excess.min().item() >= -REL_TOL[dtype], label
+
+
+@pytest.mark.parametrize("name, options", COMMON_DESCENT)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strong_stationarity(name, options, dtype, gen):
+    """d ≈ 0 exactly at Pareto-stationary inputs, and d is far from 0 where a common descent
+    direction exists (all rows in the positive orthant: ‖d‖ ≥ min_k g_k·1/√D > 0)."""
+    for k in (2, 3, 7, 10, 25):
+        for scale in (1e-12, 1.0, 1e12):
+            j = stationary(gen, k, 20, max(1, k - 2), scale=scale, dtype=dtype)
+            d = build(name, **options)(j).double()
+            assert d.norm() <= REL_TOL[dtype] * j.double().norm(dim=1).max(), (k, scale)
+            positive = (torch.rand(k, 20, generator=gen, dtype=torch.float64) + 0.1).to(dtype) * scale
+            d = build(name, **options)(positive).double()
+            assert d.norm() >= 0.1 * scale  # ‖d‖ ≥ min_k ‖g_k‖cos ≥ 0.1·√20·(1/√20)
+
+
+@pytest.mark.parametrize("c", [0.25, 0.5, 0.9])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cagrad_below_one_improves_the_worst_task_over_the_mean(c, dtype, gen):
+    """CAGrad with c < 1 does not promise a common descent direction (at a stationary point
+    every d in its ball conflicts, since 0 is not in it) but its d maximises the worst-task
+    inner product over a ball that contains g0 and stays in that ball (arXiv 2110.14048 eq. 2)."""
+    for label, j in cases(gen, dtype, ks=(3, 10, 20)):
+        j64 = j.double()
+        d = build("cagrad", c=c, rescale=0)(j).double()
+        g0 = j64.mean(0)
+        unit = j64.norm(dim=1).max() ** 2
+        assert (j64 @ d).min() >= (j64 @ g0).min() - REL_TOL[dtype] * unit, label
+        assert (d - g0).norm() <= c * g0.norm() + REL_TOL[dtype] * j64.norm(dim=1).max(), label
+
+
+ALL_METHODS = [("mean", {}), ("mgda", {}), ("smg", {}), ("pcgrad", {}), ("cagrad", {}), ("cagrad", {"c": 2.0}),
+               ("moco", {}), ("moco", {"lambda_map": "exact"}), ("epo_al", {})]
+
+
+@pytest.mark.parametrize("name, options", ALL_METHODS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_finite_for_every_finite_input(name, options, dtype, gen):
+    """Finite output for finite input at every scale, rank, spread, for zero, colinear and
+    identical rows, K = 1..200 (check_finite="raise" would raise otherwise)."""
+    g = torch.randn(12, generator=gen, dtype=torch.float64)
+    extra = {
+        "zero": torch.zeros(4, 12, dtype=torch.float64), "one zero row": torch.stack([g, 0 * g, -g]),
+        "colinear": torch.stack([g, 3 * g, -2 * g, 1e-9 * g]), "identical": g.repeat(6, 1),
+        "K=1": g[None], "K=200": controlled(gen, 200, 40, 40),
+    }
+    inputs = list(cases(gen, dtype, ks=(2, 5, 12))) + [(k, v.to(dtype)) for k, v in extra.items()]
+    for label, j in inputs:
+        losses = torch.rand(j.shape[0], generator=gen, dtype=torch.float64).to(dtype) + 0.5
+        out = build(name, **options)(j, losses)
+        assert out.dtype == dtype and torch.isfinite(out).all(), label
+
+
+@pytest.mark.parametrize("name", ["mean", "mgda", "smg", "cagrad"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_permutation_invariance_of_d_and_equivariance_of_weights(name, dtype, gen):
+    for label, j in cases(gen, dtype, ks=(3, 6, 15)):
+        perm = torch.randperm(j.shape[0], generator=gen)
+        agg = build(name)
+        d, w = agg(j).double(), agg.weights.clone()
+        dp = agg(j[perm]).double()
+        scale = j.double().norm(dim=1).max()
+        assert (dp - d).norm() <= 10 * REL_TOL[dtype] * scale, label
+        if "full" in label and dtype == torch.float64:  # unique weights: they permute with the rows
+            torch.testing.assert_close(agg.weights, w[perm], atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["mean", "mgda", "smg", "cagrad", "pcgrad"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_linear_under_scaling(name, dtype, gen):
+    """d(aJ) = a·d(J): the methods' weights are homogeneous of degree 0 in the Gramian."""
+    for label, j in cases(gen, dtype, ks=(3, 12)):
+        if "s=1e" in label:  # the scaled matrices are out of range once scaled again by 1e±6
+            continue
+        for a in (1e-6, 1e6):
+            d, da = build(name)(j).double(), build(name)(j * a).double()
+            assert (da - a * d).norm() <= 10 * REL_TOL[dtype] * a * j.double().norm(dim=1).max(), (label, a)
+
+
+# -- expected values on fixed matrices (computed by hand) ------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mgda_fixed_matrices(dtype):
+    t = lambda rows: torch.tensor(rows, dtype=dtype)  # noqa: E731
+    # segment (2,0)-(0,1): the foot of the perpendicular from 0 is 0.2·(2,0) + 0.8·(0,1)
+    torch.testing.assert_close(build("mgda")(t([[2.0, 0.0], [0.0, 1.0]])), t([0.4, 0.8]))
+    # three orthonormal rows: the centroid (1/3)(1,1,1)
+    torch.testing.assert_close(build("mgda")(t([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]])), t([1 / 3, 1 / 3, 1 / 3]))
+    # 0 = (g1 + g2 + g3)/3 is in the hull: Pareto stationary, d = 0
+    torch.testing.assert_close(build("mgda")(t([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])), t([0.0, 0.0]), atol=1e-6, rtol=0)
+    # a row inside the hull of the others changes nothing: (1,1) is on the segment (2,0)-(0,2)
+    torch.testing.assert_close(build("mgda")(t([[2.0, 0.0], [0.0, 2.0], [1.0, 1.0], [3.0, 3.0]])), t([1.0, 1.0]))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cagrad_fixed_matrices(dtype):
+    t = lambda rows: torch.tensor(rows, dtype=dtype)  # noqa: E731
+    # J = I: g0 = (.5, .5), r = c‖g0‖; max min(d1, d2) on the ball is g0(1 + c) along (1, 1)
+    torch.testing.assert_close(build("cagrad", c=0.5, rescale=0)(t([[1.0, 0.0], [0.0, 1.0]])), t([0.75, 0.75]))
+    # J = diag(2, 1): g0 = (1, .5), r = .5·√1.25; the line 2d1 = d2 misses the ball, so the
+    # best worst task is d2 alone at its maximum (1, .5 + r), where 2d1 = 2 > d2 still
+    r = 0.5 * 1.25**0.5
+    torch.testing.assert_close(build("cagrad", c=0.5, rescale=0)(t([[2.0, 0.0], [0.0, 1.0]])), t([1.0, 0.5 + r]))
+    # opposite rows (stationary): c ≥ 1 returns 0, which scores 0 = the optimum
+    torch.testing.assert_close(build("cagrad", c=1.5)(t([[1.0, 2.0], [-2.0, -4.0]])), t([0.0, 0.0]))
+
+
+# -- the non-finite policy on the OUTPUT, and the device counters ---------------------------------
+class _BrokenMethod(Aggregator):
+    """Returns NaN from finite input: what an overflowing solver would do."""
+
+    def aggregate(self, grads, losses):
+        return grads[0] * float("nan")
+
+
+def test_non_finite_output_follows_the_policy():
+    j = torch.ones(2, 3)
+    with pytest.raises(ValueError, match="non-finite direction"):
+        _BrokenMethod()(j)
+    agg = _BrokenMethod(check_finite="skip")
+    assert torch.equal(agg(j), torch.zeros(3)) and torch.equal(agg(j), torch.zeros(3))
+    assert agg.stats["nonfinite_steps"].item() == 2 and agg.stats["nonfinite_steps"].dtype == torch.int64
+    assert torch.isnan(_BrokenMethod(check_finite="off")(j)).all()
+
+
+def test_not_converged_counter_counts_solves_stopped_early(gen):
+    """The iterative CAGrad dual (K > 10) stopped after one step cannot reach a 1e-15 gap on a
+    spread matrix; a generous budget does. The counter is an int64 device tensor (no sync)."""
+    mats = [controlled(gen, 30, 40, 8, spread=3.0) for _ in range(3)]
+    starved = build("cagrad", max_iter=1, tol=1e-15)
+    for j in mats:
+        starved(j)
+    assert starved.stats["not_converged"].dtype == torch.int64 and starved.stats["not_converged"].item() == 3
+    fed = build("cagrad", max_iter=20000, tol=1e-12)
+    for j in mats:
+        fed(j)
+    assert fed.stats["not_converged"].item() == 0
+    mgda = build("mgda")
+    mgda(mats[0])
+    assert mgda.stats["not_converged"].item() == 0
+    mgda.reset()
+    assert "not_converged" not in mgda.stats
+
+
+def test_gramian_one_pass_matches_float64_at_all_scales(gen):
+    from morl.solvers.gramian import gramian
+
+    for scale in (1e-12, 1.0, 1e12, 1e20, 1e-25):  # the last two over/underflow float32 products
+        j = controlled(gen, 6, 50, 6, scale=scale)
+        ref = j @ j.T
+        got = gramian(j.float()).double()
+        assert torch.isfinite(got).all()
+        assert ((got - ref).abs().max() / ref.diagonal().max()).item() < 1e-5, scale
+
+
+def test_epo_al_preference_and_moco_radius_are_made_once_per_device():
+    agg = build("epo_al", preference=[0.3, 0.7])
+    like = torch.zeros(2)
+    assert agg._preference(2, like) is agg._preference(2, like)
+    moco = build("moco", y_radius=[1.0, 2.0])
+    assert moco._radius_on(like) is moco._radius_on(like)

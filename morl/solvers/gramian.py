@@ -33,10 +33,11 @@ def gramian(grads: torch.Tensor) -> torch.Tensor:
 
 
 def _well_scaled(gram: torch.Tensor) -> bool:
-    """Finite and not in the subnormal range (where products lose their relative precision)."""
+    """Finite and not in the subnormal range (where products lose their relative precision).
+    An all-zero G also fails (the rows may have underflowed): the fallback then decides."""
     info = torch.finfo(gram.dtype)
     top = torch.diagonal(gram, dim1=-2, dim2=-1).amax()
-    return bool(torch.isfinite(gram).all() & ((top >= info.tiny / info.eps) | (top == 0)))
+    return bool(torch.isfinite(gram).all() & (top >= info.tiny / info.eps))
 
 
 def _rescaled_gramian(grads: torch.Tensor) -> torch.Tensor:

@@ -133,7 +133,8 @@ def min_norm_2(gram: torch.Tensor, eps: float = EPS_2) -> torch.Tensor:
     """
     g = gram / gram_scale(gram)
     g11, g12, g22 = g[..., 0, 0], g[..., 0, 1], g[..., 1, 1]
-    inner = (g22 - g12) / (g11 + g22 - 2 * g12 + eps)
+    denom = g11 + g22 - 2 * g12 + eps  # = ‖g1 − g2‖² + eps > 0 whenever the branch is taken
+    inner = (g22 - g12) / torch.where(denom > 0, denom, torch.ones_like(denom))
     lam = torch.where(g12 < torch.minimum(g11, g22), inner, torch.where(g11 < g22, torch.ones_like(g11), torch.zeros_like(g11)))
     lam = lam.clamp(0.0, 1.0)
     return torch.stack([lam, 1 - lam], dim=-1)
@@ -195,8 +196,8 @@ def min_norm_solve(
     done = torch.ones(gram.shape[:-2], dtype=torch.bool, device=gram.device)
     if k == 1:
         return torch.ones(gram.shape[:-1], dtype=gram.dtype, device=gram.device), done
-    if k == 2:
-        return min_norm_2(work).to(gram.dtype), done
+    if k == 2:  # without the reference's 1e-8 guard, which leaves ‖d‖ ≈ 1e-8‖g‖ at stationary points
+        return min_norm_2(work, eps=0.0).to(gram.dtype), done
     if k <= EXACT_MAX_K and init is None:
         return min_norm_exact(work, ridge_for(gram.dtype)).to(gram.dtype), done
     lam, done = min_norm_iterative(work, ridge_for(gram.dtype), max_iter, tol, init)
