@@ -174,7 +174,7 @@ class MTSAC:
         # Device-side counters: the loop reads them at its log/checkpoint points, not per update.
         bad = (~ok).to(torch.int64)
         self.nonfinite_updates += bad
-        self.nonfinite_streak.mul_(1 - bad).add_(bad)  # +1 on a skipped update, 0 on a taken one
+        self.nonfinite_streak.add_(bad).mul_(bad)  # +1 on a skipped update, 0 on a taken one
         torch.maximum(self.nonfinite_longest, self.nonfinite_streak, out=self.nonfinite_longest)
 
     def _critic_losses_eager(self, obs, action, reward, next_obs, terminated, eps_next, alpha) -> torch.Tensor:

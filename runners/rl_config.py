@@ -58,6 +58,7 @@ class RunConfig:
     keep_checkpoints: int = 3
     out_dir: str = "runs"
     name: str | None = None
+    max_nonfinite_updates: int = 100
 
 
 @dataclass
@@ -130,7 +131,8 @@ def _validate_aggregator(agg: AggregatorConfig) -> None:
 
 
 def _validate_run(run: RunConfig) -> None:
-    positive = ("total_steps", "updates_per_step", "eval_every", "log_every", "checkpoint_every", "keep_checkpoints")
+    positive = ("total_steps", "updates_per_step", "eval_every", "log_every", "checkpoint_every", "keep_checkpoints",
+                "max_nonfinite_updates")
     for key in positive:
         if getattr(run, key) < 1:
             raise UserError(f"run.{key}: must be >= 1, got {getattr(run, key)}")

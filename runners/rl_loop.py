@@ -4,6 +4,11 @@ One iteration ("step") steps every sub-env of the vector env once, stores the tr
 (``final_obs`` as next observation, bootstrapping through time-limit truncations), then runs
 ``updates_per_step`` MT-SAC updates on a batch with the same number of transitions per task.
 Update metrics stay on the device and are read back once per ``log_every`` steps.
+
+Divergence is never silent: skipped (non-finite) updates are reported at each log point, the
+run stops with exit status 3 and one line (step, last good checkpoint, what to try) once
+``run.max_nonfinite_updates`` updates in a row were skipped, and NaN/inf actions stop it at
+once instead of reaching the environment (``runners.divergence``).
 """
 
 from __future__ import annotations
@@ -14,10 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from runners.divergence import Diverged, NonFiniteOutput, advice, checkpoint_text, streak_text, warn_skipped
 from runners.interrupts import Interrupted, deferred_stop
 from runners.progress import Progress
 from runners.rl_metrics import AggregationTimer, SectionTimer, write_log
 from runners.rl_session import Session, save_checkpoint
+
+NONFINITE_ACTIONS = "the policy's actions are NaN/inf (its network overflowed)"
 
 
 def collect_action(s: Session) -> np.ndarray:
@@ -26,7 +34,14 @@ def collect_action(s: Session) -> np.ndarray:
         return s.action_rng.uniform(-1.0, 1.0, size=(s.env.num_envs, s.env.single_action_space.shape[0])).astype(np.float32)
     with torch.no_grad():
         action = s.agent.act(torch.as_tensor(s.obs, device=s.device), deterministic=False)
-    return action.cpu().numpy()
+    return _finite_actions(action.cpu().numpy())
+
+
+def _finite_actions(action: np.ndarray) -> np.ndarray:
+    # The actions come to the host anyway: checking them here costs no extra synchronisation.
+    if not np.isfinite(action).all():
+        raise NonFiniteOutput(NONFINITE_ACTIONS)
+    return action
 
 
 def evaluate(s: Session, episodes_per_task: int | None = None) -> dict[str, Any]:
@@ -46,7 +61,7 @@ def evaluate_agent(agent, eval_env, device: torch.device, episodes_per_task: int
 
     def policy(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return agent.act(torch.as_tensor(obs, device=device), deterministic=True).cpu().numpy()
+            return _finite_actions(agent.act(torch.as_tensor(obs, device=device), deterministic=True).cpu().numpy())
 
     return envs.evaluate_policy(eval_env, policy, episodes_per_task)
 
@@ -85,6 +100,10 @@ def train(s: Session, run_dir: Path, logger, progress: bool | None = None) -> di
     with deferred_stop() as stop:
         try:
             _loop(s, run_dir, logger, bar, timer, agg_timer, stop)
+        except Diverged as exc:
+            bar.close()  # the line goes below the bar, not into it
+            exc.report()
+            raise
         finally:
             bar.close()
             logger.flush()
@@ -94,26 +113,75 @@ def train(s: Session, run_dir: Path, logger, progress: bool | None = None) -> di
 def _loop(s: Session, run_dir: Path, logger, bar: Progress, timer, agg_timer, stop) -> None:
     run = s.cfg.run
     while s.step < run.total_steps:
-        iterate(s, timer, agg_timer)  # 1. collect, 2. store, 3. sample, 4. update
+        try:
+            iterate(s, timer, agg_timer)  # 1. collect, 2. store, 3. sample, 4. update
+        except NonFiniteOutput as exc:  # raised before the env saw the actions; s.step not advanced
+            raise _diverged(s, run_dir, s.step + 1, str(exc), good_before=s.step) from None
         # 5. log
         if s.step % run.log_every == 0 or s.step == run.total_steps:
             record = write_log(logger, s.step, s.task_names, s.stats, timer, agg_timer)
             bar.show(tps=record["perf/transitions_per_s"])
+            _watch_nonfinite(s, run_dir, bar)
             bar.heartbeat(s.step, estimate=s.step > run.warmup_steps)
             s.stats.reset_interval()
             timer.reset()
             agg_timer.reset()
         # 6. evaluate
         if s.step % run.eval_every == 0 or s.step == run.total_steps:
-            _evaluate_and_log(s, logger, bar)
+            try:
+                _evaluate_and_log(s, logger, bar)
+            except NonFiniteOutput as exc:
+                raise _diverged(s, run_dir, s.step, f"in evaluation, {exc}", good_before=s.step) from None
         # 7. checkpoint (also when asked to stop; a signal after this read waits for the next step)
         stopping = stop.requested
         if s.step % run.checkpoint_every == 0 or s.step == run.total_steps or stopping:
+            _watch_nonfinite(s, run_dir, bar)  # never write a diverged state over the last good one
             path = save_checkpoint(s, run_dir)
         bar.advance()
         if stopping:
             raise Interrupted(f"stopped by {stop.signal_name} at step {s.step}/{run.total_steps}; checkpoint "
                               f"{path}; continue with: morl resume {run_dir}")
+
+
+def _watch_nonfinite(s: Session, run_dir: Path, bar: Progress) -> None:
+    """Report skipped updates since the last report; stop once too many came in a row.
+
+    One device->host read of the agent's three counters, at log and checkpoint points only.
+    """
+    agent, limit = s.agent, s.cfg.run.max_nonfinite_updates
+    total, streak, longest = (int(v) for v in torch.stack(
+        [agent.nonfinite_updates, agent.nonfinite_streak, agent.nonfinite_longest]).tolist())
+    line = warn_skipped(total, s.stats.skipped_reported, s.updates - s.stats.updates_reported)
+    s.stats.skipped_reported, s.stats.updates_reported = total, s.updates
+    if line is not None:
+        bar.show(skipped=total)
+        bar.message(f"step {s.step}: {line}")
+    if longest >= limit:
+        what = streak_text(longest, "run.max_nonfinite_updates", limit, total, s.updates)
+        raise _diverged(s, run_dir, s.step, what, _streak_start(s, streak, limit))
+
+
+def _streak_start(s: Session, streak: int, limit: int) -> int | None:
+    """The step of the last update fully taken before the current streak: checkpoints written
+    before it are good (that update may be the one that blew the networks up, and the first
+    skipped update may have taken some of its steps, e.g. the critic's).
+
+    None when the long streak is over (its start is no longer known: the newest checkpoint is named).
+    """
+    if streak < limit:
+        return None
+    run = s.cfg.run
+    last_taken = max(s.updates - streak - 1, 0)
+    return run.warmup_steps + 1 + last_taken // run.updates_per_step
+
+
+def _diverged(s: Session, run_dir: Path, step: int, what: str, good_before: int | None) -> Diverged:
+    from runners.run_dir import CHECKPOINT_DIR
+
+    agent = s.cfg.agent
+    tip = advice("agent.actor_lr, agent.critic_lr, agent.alpha_lr", "agent.grad_clip" if agent.grad_clip is None else None)
+    where = checkpoint_text(Path(run_dir) / CHECKPOINT_DIR, good_before)
+    return Diverged(f"training diverged at step {step}/{s.cfg.run.total_steps}: {what}; {where}; {tip}")
 
 
 def _evaluate_and_log(s: Session, logger, bar: Progress) -> None:

@@ -29,10 +29,12 @@ UPDATE_TAGS: dict[str, str] = {
     "grad_cos_mean": "grad/cos_mean",
     "grad_conflicts": "grad/conflicting_pairs",
     "nonfinite_updates": "train/skipped_nonfinite_updates",
+    "nonfinite_streak": "train/nonfinite_streak",
 }
-SCALAR_METRICS = {"grad_norm_pre", "grad_norm_post", "grad_cos_min", "grad_cos_mean", "grad_conflicts", "nonfinite_updates"}
+SCALAR_METRICS = {"grad_norm_pre", "grad_norm_post", "grad_cos_min", "grad_cos_mean", "grad_conflicts",
+                  "nonfinite_updates", "nonfinite_streak"}
 # Running counters: the interval reports their latest value, not a mean.
-LATEST_METRICS = {"nonfinite_updates"}
+LATEST_METRICS = {"nonfinite_updates", "nonfinite_streak"}
 
 
 class LoopStats:
@@ -44,6 +46,8 @@ class LoopStats:
         self.last_return = np.full(num_tasks, np.nan)
         self.best_eval_success = float("nan")
         self.last_eval: dict[str, Any] | None = None
+        self.skipped_reported = 0  # skipped updates already reported on the terminal
+        self.updates_reported = 0  # updates made when they were last read
         self.reset_interval()
 
     def reset_interval(self) -> None:
@@ -103,6 +107,8 @@ class LoopStats:
             "last_return": self.last_return.copy(),
             "best_eval_success": self.best_eval_success,
             "last_eval": self.last_eval,
+            "skipped_reported": self.skipped_reported,
+            "updates_reported": self.updates_reported,
             "ep_success": self.ep_success.copy(),
             "ep_return": self.ep_return.copy(),
             "ep_count": self.ep_count.copy(),
