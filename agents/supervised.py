@@ -4,7 +4,8 @@
 the K per-task gradients of the *shared* parameters come from one batched backward
 (:func:`morl.gradients.per_task_grads`) and are combined by the aggregator; every other
 trainable parameter receives the gradient of the weighted loss sum, i.e. each head gets its
-own task's gradient. Any ``torch.optim`` optimizer then steps.
+own task's gradient. Any ``torch.optim`` optimizer then steps; a step that meets or would
+leave a NaN/inf is undone on the device and counted (:attr:`SupervisedMTL.nonfinite_steps`).
 
 Tasks are described by :class:`TaskSpec`; :class:`MultiTaskLoss` turns specs into the loss,
 per-sample losses and metrics (accuracy for classification, MSE for regression), and
@@ -185,6 +186,10 @@ class SupervisedMTL:
         if task_weights is not None:
             self.task_weights = task_weights
         self.steps = 0
+        # Device counters of skipped steps (in all, in a row, longest run): read by the caller
+        # at its own pace, never synchronised per step.
+        self.nonfinite_steps, self.nonfinite_streak, self.nonfinite_longest = (
+            torch.zeros((), dtype=torch.int64, device=self.device) for _ in range(3))
         self.last_task_grads: torch.Tensor | None = None
         self.last_direction: torch.Tensor | None = None
 
@@ -281,7 +286,9 @@ class SupervisedMTL:
         write_grads(self.shared_params, direction, accumulate=False)
         if self.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.shared_params + self.task_params, self.max_grad_norm)
-        self.optimizer.step()
+        # the raw per-task inputs too: a "skip" aggregator turns a NaN row into a zero direction
+        ok = _all_finite([wl.detach(), grads, direction, *(p.grad for p in self.task_params if p.grad is not None)])
+        self._count_nonfinite(_step_or_undo(self.optimizer, ok))
         self.steps += 1
         self.last_task_grads = grads.detach()
         self.last_direction = direction.detach()
@@ -290,6 +297,12 @@ class SupervisedMTL:
         if isinstance(weights, torch.Tensor):
             out["weights"] = weights.detach()
         return out
+
+    def _count_nonfinite(self, ok: torch.Tensor) -> None:
+        bad = (~ok).to(torch.int64)
+        self.nonfinite_steps += bad
+        self.nonfinite_streak.add_(bad).mul_(bad)  # +1 on a skipped step, 0 on a taken one
+        torch.maximum(self.nonfinite_longest, self.nonfinite_streak, out=self.nonfinite_longest)
 
     # -- evaluation -------------------------------------------------------------------------
     @torch.no_grad()
@@ -350,6 +363,7 @@ class SupervisedMTL:
             "task_weights": None if self._task_weights is None else self._task_weights.clone(),
             "task_names": self._task_names,
             "steps": self.steps,
+            "nonfinite": torch.stack([self.nonfinite_steps, self.nonfinite_streak, self.nonfinite_longest]).cpu(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -360,3 +374,35 @@ class SupervisedMTL:
         self._task_names = state["task_names"]
         self.task_weights = state["task_weights"]
         self.steps = int(state["steps"])
+        counts = state.get("nonfinite", torch.zeros(3, dtype=torch.int64))  # older checkpoints: none known
+        for counter, value in zip((self.nonfinite_steps, self.nonfinite_streak, self.nonfinite_longest), counts):
+            counter.copy_(value)
+
+
+def _all_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Device flag: every entry of every tensor is finite (one max-abs reduction each, no sync)."""
+    tensors = [t for t in tensors if t.numel()]
+    return torch.isfinite(torch.stack(torch._foreach_norm(tensors, float("inf"))).amax())
+
+
+@torch.no_grad()
+def _step_or_undo(optimizer: torch.optim.Optimizer, ok: torch.Tensor) -> torch.Tensor:
+    """Step, then restore the parameters AND the optimizer state unless ``ok`` and the result are finite.
+
+    Works for any ``torch.optim`` optimizer without a host sync, at the price of one copy of
+    the parameters and the state per step (the supervised models are small). State created by
+    this very step is restored to zeros, which is how Adam starts and, for the default
+    dampening 0, equivalent to SGD's fresh momentum buffer. Returns whether the step was kept.
+    """
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    saved = [p.detach().clone() for p in params]
+    before = [{k: v.clone() for k, v in optimizer.state[p].items() if torch.is_tensor(v)} for p in params]
+    optimizer.step()
+    after = [{k: v for k, v in optimizer.state[p].items() if torch.is_tensor(v)} for p in params]
+    ok = ok & _all_finite([*params, *(v for st in after for v in st.values() if v.is_floating_point())])
+    for p, old in zip(params, saved):
+        p.copy_(torch.where(ok, p, old))
+    for old_state, new_state in zip(before, after):
+        for key, new in new_state.items():
+            new.copy_(torch.where(ok, new, old_state.get(key, torch.zeros_like(new))))
+    return ok
