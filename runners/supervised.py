@@ -4,7 +4,9 @@ One loop, top to bottom: per epoch the ordering yields each iteration's per-task
 one forward over their union -> per-task losses -> batched per-task gradients ->
 aggregator -> optimizer step -> the ordering observes the gradients; then evaluate, log,
 checkpoint. At the end the test metrics (last epoch) go to ``final_metrics.json`` with Δm%
-against a baseline run when one is configured.
+against a baseline run when one is configured. Steps that meet a NaN/inf are undone and
+counted by the adapter; the counters are read once per epoch: skipped steps are reported, and
+``max_nonfinite_updates`` in a row stop the run with one line and exit status 3.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def add_arguments(parser) -> None:
                         help="continue RUN_DIR from its last checkpoint (overrides may only change epochs, eval_every, checkpoint_every)")
 
 
-RESUME_KEYS = ("epochs", "eval_every", "checkpoint_every")
+RESUME_KEYS = ("epochs", "eval_every", "checkpoint_every", "max_nonfinite_updates")
 
 
 def load(args):
@@ -37,7 +39,7 @@ def load(args):
 
     cfg, run_dir = config_or_resume(SupervisedConfig, args, RESUME_KEYS, "supervised")
     checkpoint = None if run_dir is None else last_checkpoint(run_dir)
-    for key in ("epochs", "batch_size", "eval_every", "checkpoint_every"):
+    for key in ("epochs", "batch_size", "eval_every", "checkpoint_every", "max_nonfinite_updates"):
         if getattr(cfg, key) < 1:
             raise UserError(f"{key} must be >= 1, got {getattr(cfg, key)}")
     if cfg.optim.lr <= 0:
@@ -69,7 +71,8 @@ def build(cfg, device):
     except (ValueError, TypeError) as exc:
         raise UserError(f"data: {exc}") from None
     try:
-        agg = aggregators.build(cfg.aggregator.name, **cfg.aggregator.options)
+        # "skip": a NaN/inf gradient must not raise mid-run; the adapter undoes and counts the step
+        agg = aggregators.build(cfg.aggregator.name, **{"check_finite": "skip", **cfg.aggregator.options})
     except (ValueError, TypeError) as exc:
         raise UserError(f"aggregator: {exc}") from None
     k = len(data.specs)
@@ -161,10 +164,14 @@ def main(args) -> int:
     print(f"morl supervised: {cfg.data.name} ({', '.join(names)}), aggregator={cfg.aggregator.name}, "
           f"ordering={cfg.ordering.name}, epochs={cfg.epochs}, run dir {run_dir}")
     t0 = time.time()
+    # (epoch, adapter steps) of the checkpoint on disk, for the divergence message
+    saved = (start_epoch, adapter.steps) if checkpoint is not None else None
+    watch = NonfiniteWatch(adapter, cfg, run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
     try:
         for epoch in range(start_epoch, cfg.epochs):
             train_loss = train_epoch(adapter, order, x, y)
             step = epoch + 1
+            watch(step, logger, saved)  # before the checkpoint: a diverged state never replaces a good one
             logger.per_task("train/loss", train_loss, names, step)
             weights = getattr(adapter.aggregator, "weights", None)
             if isinstance(weights, torch.Tensor):
@@ -181,6 +188,7 @@ def main(args) -> int:
                 state = {"adapter": adapter.state_dict(), "ordering": order.state_dict(), "epoch": step,
                          "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
                 atomic_torch_save(state, run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
+                saved = (step, adapter.steps)
                 logger.flush()
         final = {"epoch": cfg.epochs, "val": adapter.evaluate(val), "test": adapter.evaluate(test),
                  "directions": directions, "seconds": time.time() - t0}
@@ -193,6 +201,47 @@ def main(args) -> int:
     finally:
         logger.close()
     return 0
+
+
+class NonfiniteWatch:
+    """Reads the adapter's skipped-step counters once per epoch: logs, warns, stops the run."""
+
+    def __init__(self, adapter, cfg, checkpoint: Path) -> None:
+        self.adapter, self.cfg, self.checkpoint = adapter, cfg, checkpoint
+        self.reported = (int(adapter.nonfinite_steps), adapter.steps)  # (skipped, steps) at the last read
+
+    def __call__(self, epoch: int, logger, saved: tuple[int, int] | None) -> None:
+        import torch
+
+        from runners.divergence import warn_skipped
+
+        a = self.adapter
+        total, streak, longest = (int(v) for v in torch.stack([a.nonfinite_steps, a.nonfinite_streak, a.nonfinite_longest]).tolist())
+        logger.scalar("train/skipped_nonfinite_updates", total, epoch)
+        line = warn_skipped(total, self.reported[0], a.steps - self.reported[1])
+        self.reported = (total, a.steps)
+        if line is not None:
+            print(f"epoch {epoch}: {line}", flush=True)
+        if longest >= self.cfg.max_nonfinite_updates:
+            raise self._diverged(epoch, total, streak, longest, saved)
+
+    def _diverged(self, epoch: int, total: int, streak: int, longest: int, saved: tuple[int, int] | None):
+        from runners.divergence import Diverged, advice, streak_text
+
+        limit, steps = self.cfg.max_nonfinite_updates, self.adapter.steps
+        # good: the checkpoint holds none of the steps from the last one taken before the streak on
+        good = saved is not None and (streak < limit or saved[1] <= max(steps - streak - 1, 0))
+        if saved is None:
+            where = "no checkpoint was written before it"
+        elif good:
+            where = f"last good checkpoint {self.checkpoint} (epoch {saved[0]})"
+        else:
+            where = f"no good checkpoint left ({self.checkpoint}, epoch {saved[0]}, was written after the divergence began)"
+        what = streak_text(longest, "max_nonfinite_updates", limit, total, steps)
+        tip = advice("optim.lr", "max_grad_norm" if self.cfg.max_grad_norm is None else None)
+        exc = Diverged(f"training diverged at epoch {epoch}/{self.cfg.epochs}: {what}; {where}; {tip}")
+        exc.report()
+        return exc
 
 
 def _finite(obj):
