@@ -29,7 +29,7 @@ def add_arguments(parser) -> None:
                         help="continue RUN_DIR from its last checkpoint (overrides may only change epochs, eval_every, checkpoint_every)")
 
 
-RESUME_KEYS = ("epochs", "eval_every", "checkpoint_every", "max_nonfinite_updates")
+RESUME_KEYS = ("epochs", "eval_every", "checkpoint_every")
 
 
 def load(args):
