@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from morl.solvers.gramian import normalized_gramian
+from morl.solvers.gramian import gram_scale, gramian
 
 CHECK_MODES = ("raise", "skip", "off")
 
@@ -65,7 +65,7 @@ class Aggregator:
     def __call__(self, grads: torch.Tensor, losses: torch.Tensor | None = None) -> torch.Tensor:
         grads, losses = self._check_inputs(grads, losses)
         if self.check_finite == "skip":
-            ok = _finite_rows(grads).all()
+            ok = self._input_finite_rows(grads).all()
             if losses is not None:
                 ok = ok & torch.isfinite(losses).all()
             # The [K, D] input is not copied or sanitised (that costs as much as the method on
@@ -100,6 +100,10 @@ class Aggregator:
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
 
+    def _input_finite_rows(self, grads: torch.Tensor) -> torch.Tensor:
+        """[K] bools for the non-finite policy (overridden where a cheaper test exists)."""
+        return _finite_rows(grads)
+
     def _check_inputs(self, grads, losses):
         if not isinstance(grads, torch.Tensor):
             raise TypeError(f"grads must be a torch.Tensor of shape [K, D], got {type(grads).__name__}")
@@ -117,7 +121,7 @@ class Aggregator:
         elif self.needs_losses:
             raise ValueError(f"{type(self).__name__} needs the [K] loss vector: call aggregator(grads, losses)")
         if self.check_finite == "raise":
-            finite_rows = _finite_rows(grads)
+            finite_rows = self._input_finite_rows(grads)
             if losses is not None:
                 finite_rows = finite_rows & torch.isfinite(losses)
             if not bool(finite_rows.all()):
@@ -170,11 +174,23 @@ class GramianAggregator(Aggregator):
     :meth:`weights_from_gramian` directly.
     """
 
+    _gram_of: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def _input_finite_rows(self, grads: torch.Tensor) -> torch.Tensor:
+        # Row k has a NaN/inf entry exactly when G_kk = Σ g_ki² is NaN/inf (barring overflow of
+        # finite rows, which gramian() redoes safely on CPU), so the check reads the Gramian
+        # that the method needs anyway instead of making two more passes over [K, D].
+        gram = gramian(grads)
+        self._gram_of = (grads, gram)
+        return torch.isfinite(torch.diagonal(gram))
+
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         # One pass over [K, D] for G, then G / max diag: the methods' weights are scale-free in
         # G. G stays in the gradients' dtype so that solvers know how precisely it is known
         # (their ridges and tolerances are a few rounding units of it); they solve in float64.
-        gram, _ = normalized_gramian(grads, dtype=None)
+        cached, self._gram_of = self._gram_of, None
+        gram = cached[1] if cached is not None and cached[0] is grads else gramian(grads)
+        gram = gram / gram_scale(gram)
         w = self.weights_from_gramian(gram).to(grads.dtype)
         self.weights = w
         return w @ grads

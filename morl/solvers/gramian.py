@@ -28,7 +28,7 @@ def gramian(grads: torch.Tensor) -> torch.Tensor:
     """
     gram = grads @ grads.transpose(-2, -1)
     if grads.device.type == "cpu" and not _well_scaled(gram):
-        gram = _rescaled_gramian(grads)
+        gram = _rescaled_gramian(grads, gram)
     return gram
 
 
@@ -40,10 +40,13 @@ def _well_scaled(gram: torch.Tensor) -> bool:
     return bool(torch.isfinite(gram).all() & (top >= info.tiny / info.eps))
 
 
-def _rescaled_gramian(grads: torch.Tensor) -> torch.Tensor:
-    """(rows / a)(rows / a)ᵀ · a² with a the largest |entry| (the slow, always-safe form), in float64."""
+def _rescaled_gramian(grads: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
+    """(rows / a)(rows / a)ᵀ · a² in float64, a the largest |entry| (the slow, always-safe form).
+    Non-finite input keeps ``gram`` as it is: its NaN/inf diagonal names the bad rows."""
     dims = (-2, -1)
     amax = torch.maximum(grads.amax(dim=dims, keepdim=True), -grads.amin(dim=dims, keepdim=True))
+    if not bool(torch.isfinite(amax).all()):
+        return gram
     amax = torch.where(amax > 0, amax, torch.ones_like(amax))
     g = grads * (1.0 / amax)
     return (g @ g.transpose(-2, -1)).to(torch.float64) * amax.to(torch.float64) ** 2
