@@ -349,6 +349,8 @@ def _guarded_step(opt: torch.optim.Adam, params: list[torch.Tensor], max_norm: f
     finite, _ = _guard_and_clip(grads, max_norm, zero_bad=False)
     ok = finite if ok is None else finite & ok
     ok = ok & _would_stay_finite(opt, params)
+    if not _possible(opt, params):
+        return ok  # known on the host: no step of this learning rate can stay finite (ok is False)
     if opt.defaults.get("fused"):
         # the fused kernel skips everything, step count included, when found_inf is 1
         opt.found_inf = (~ok).to(torch.float32)
@@ -359,31 +361,41 @@ def _guarded_step(opt: torch.optim.Adam, params: list[torch.Tensor], max_norm: f
 
 
 def _adam_step_bound(opt: torch.optim.Adam) -> float:
-    """An upper bound on ``|Δθ| / lr`` of any Adam step, for every coordinate and step count.
+    """The least upper bound on ``|Δθ| / lr`` of an Adam step, for every coordinate and step count.
 
-    With zero-initialised moments over the taken steps' gradients g_1..g_t, Cauchy-Schwarz gives
-    |m_t| <= (1-β1) sqrt(Σ_k (β1²/β2)^k) sqrt(v_t / (1-β2)); Adam's step
-    lr |m_t| / (1-β1^t) / (sqrt(v_t / (1-β2^t)) + ε) is then at most
-    lr / sqrt((1-β2)(1-β1²/β2)) (about 72.6 lr for the default betas). Without β1² < β2 there is
-    no bound (inf: such steps are never taken).
+    Zero-initialised moments over the taken steps' gradients g_1..g_t and Cauchy-Schwarz give
+    |m_t| <= (1-β1) sqrt((1-r^t)/(1-r)) sqrt(v_t/(1-β2)) with r = β1²/β2, so Adam's step
+    lr |m_t|/(1-β1^t) / (sqrt(v_t/(1-β2^t)) + ε) is at most
+    lr (1-β1)/sqrt((1-β2)(1-r)) · sqrt((1-r^t)(1-β2^t))/(1-β1^t), and the last factor is <= 1
+    because r^t + β2^t >= 2 β1^t (AM-GM). Equality is approached for g_i ∝ (β2/β1)^i and large t:
+    about 7.27 lr for the default betas. Without β1² < β2 there is no bound (inf).
     """
     b1, b2 = opt.defaults["betas"]
     if not b1 * b1 < b2 < 1:
         return math.inf
-    return 1.0 / math.sqrt((1.0 - b2) * (1.0 - b1 * b1 / b2))
+    return (1.0 - b1) / math.sqrt((1.0 - b2) * (1.0 - b1 * b1 / b2))
 
 
 def _would_stay_finite(opt: torch.optim.Adam, params: list[torch.Tensor]) -> torch.Tensor:
     """Device flag: ``max|θ| + 2 · lr · bound`` is finite, so no parameter can overflow this step.
 
     One max-reduction over the parameters instead of a copy of the would-be update; the factor 2
-    covers rounding. Only an absurd learning rate (about 1e36 and more) or parameters already
-    near the float range make it False.
+    covers rounding. Only an absurd learning rate (about 2e37 and more in float32) or parameters
+    already near the float range make it False.
     """
-    lr = opt.param_groups[0]["lr"]
-    reach = 2.0 * lr * _adam_step_bound(opt)
     top = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(params, math.inf)), math.inf)
-    return torch.isfinite(top + reach) if math.isfinite(reach) else torch.zeros((), dtype=torch.bool, device=top.device)
+    if not _possible(opt, params):
+        return torch.zeros((), dtype=torch.bool, device=top.device)
+    return torch.isfinite(top + _reach(opt))
+
+
+def _reach(opt: torch.optim.Adam) -> float:
+    return 2.0 * opt.param_groups[0]["lr"] * _adam_step_bound(opt)
+
+
+def _possible(opt: torch.optim.Adam, params: list[torch.Tensor]) -> bool:
+    # A learning rate beyond the dtype's range would even make the optimizer's own scalars overflow.
+    return _reach(opt) < torch.finfo(params[0].dtype).max
 
 
 @torch.no_grad()
