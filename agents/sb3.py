@@ -18,6 +18,7 @@ task of a sample is read from the one-hot at the end of its observation, which e
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch as th
 from stable_baselines3 import SAC
+from stable_baselines3.common.logger import HumanOutputFormat, Logger
 from stable_baselines3.common.utils import polyak_update
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices
@@ -105,6 +107,15 @@ class _AggregatorState:
         self.aggregator.load_state_dict(state)
 
 
+def folderless_logger(verbose: int = 0) -> Logger:
+    """An SB3 logger that writes to the terminal (``verbose >= 1``) or nowhere, and creates no folder.
+
+    SB3's default, ``configure(None, ...)``, makes an empty ``$TMPDIR/SB3-<date>`` folder on every
+    ``learn()`` even when it writes no file; runs would leave one behind each time.
+    """
+    return Logger(folder=None, output_formats=[HumanOutputFormat(sys.stdout)] if verbose >= 1 else [])
+
+
 class MultiTaskSAC(SAC):
     """SB3 SAC with per-task temperatures and per-task actor losses aggregated by a morl aggregator.
 
@@ -152,6 +163,12 @@ class MultiTaskSAC(SAC):
         if isinstance(env, MultiTaskVecEnv):
             env = SB3VecEnv(env)
         return SAC._wrap_env(env, verbose, monitor_wrapper)
+
+    def _setup_learn(self, total_timesteps, callback=None, reset_num_timesteps=True, tb_log_name="run", progress_bar=False):
+        # With tensorboard_log, SB3's own logger writes into that folder; without it, SB3 would make a stray tempdir.
+        if not self._custom_logger and self.tensorboard_log is None:
+            self.set_logger(folderless_logger(self.verbose))
+        return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
 
     def _setup_model(self) -> None:
         super()._setup_model()
@@ -319,6 +336,7 @@ def _main(argv: list[str] | None = None) -> None:
         print(f"{line}  mean {res['success'].mean():.2f}", flush=True)
     if args.time_updates:
         plain = SAC("MlpPolicy", SB3VecEnv(make_env(args.env, seed=args.seed)), **small)
+        plain.set_logger(folderless_logger())
         plain.learn(max(400, args.learning_starts + args.batch_size))
         for name, algo in (("MultiTaskSAC/" + args.aggregator, model), ("SB3 SAC", plain)):
             t = time.process_time()

@@ -148,13 +148,12 @@ def loop_throughput(cfg, env, replay, aggregators: dict[str, dict], loop_steps: 
 def sb3_model(env, hidden: list[int], batch: int, device: torch.device):
     """stable-baselines3's plain SAC on the same env, same network sizes and batch."""
     from stable_baselines3 import SAC
-    from stable_baselines3.common.logger import configure
 
-    from agents.sb3 import SB3VecEnv
+    from agents.sb3 import SB3VecEnv, folderless_logger
 
     model = SAC("MlpPolicy", SB3VecEnv(env), batch_size=batch, buffer_size=200_000, learning_starts=0,
                 policy_kwargs={"net_arch": list(hidden)}, device=device, seed=0, verbose=0)
-    model.set_logger(configure(None, []))
+    model.set_logger(folderless_logger())
     return model
 
 

@@ -1,9 +1,58 @@
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 import torch
 
 # The test models are small: one intra-op thread is as fast as two on an idle 2-core CI
 # machine and far faster on a busy one (thread oversubscription costs 20-30x here).
 torch.set_num_threads(1)
+
+# What libraries keep in $TMPDIR by design and may reuse across runs: kept where it was, not
+# counted as litter. Ray (Flower's simulation backend) writes its session logs to $TMPDIR/ray and
+# never deletes them: they go with this session's folder.
+_TOLERATED = {"ray"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tests_leave_no_temp_files(tmp_path_factory):
+    """Run the session with TMPDIR set to a folder of its own, and fail if anything is left in it.
+
+    A per-session folder (not a before/after listing of /tmp) so that concurrent test runs and
+    other programs writing to /tmp cannot trigger or hide a failure. Subprocesses (CLI tests)
+    inherit TMPDIR. Tests write to their tmp_path; pytest's own tmp_path root and torch's
+    compile cache stay in the real temp folder (fixed before the switch).
+    """
+    tmp_path_factory.getbasetemp()
+    real = tempfile.gettempdir()
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(real, f"torchinductor_{_user()}"))
+    root = Path(tempfile.mkdtemp(prefix="morl-t-", dir=real))  # short: Ray's socket paths must fit 107 bytes
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"], tempfile.tempdir = str(root), str(root)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved
+        tempfile.tempdir = None
+        left = sorted(p.name for p in root.iterdir() if p.name not in _TOLERATED)
+        shutil.rmtree(root, ignore_errors=True)
+    if left:
+        pytest.fail(f"tests left {left} in $TMPDIR (removed); write to tmp_path, or configure the library "
+                    f"that made them (e.g. SB3-*: agents.sb3.folderless_logger)", pytrace=False)
+
+
+def _user() -> str:
+    try:
+        import getpass
+
+        return getpass.getuser()
+    except Exception:  # no user name (e.g. a container uid without passwd entry)
+        return "unknown"
 
 
 @pytest.fixture
