@@ -2,6 +2,7 @@
 
 import math
 
+import cvxpy as cp
 import numpy as np
 import pytest
 import torch
@@ -106,7 +107,6 @@ def test_fig1_toy_converges_to_the_epo_point(gen):
 
 def _cvxpy_minmax_convex(problem, r):
     """Global min_w max_k r_k (sqrt(1 + ||w - w_k||^2) - 1) as an SOCP (independent reference)."""
-    cp = pytest.importorskip("cvxpy")
     anchors, rr = problem.anchors.numpy(), r.numpy()
     w, t = cp.Variable(anchors.shape[1]), cp.Variable()
     cons = [rr[k] * (cp.norm(cp.hstack([1.0, w - anchors[k]])) - 1.0) <= t for k in range(len(rr))]
@@ -138,7 +138,6 @@ def _slsqp_minmax(problem, r, w0):
 
 def _in_convex_hull_residual(anchors: torch.Tensor, w: torch.Tensor) -> float:
     """min over the simplex of ||A^T alpha - w||: 0 means w is in the Pareto set conv{w_k}."""
-    cp = pytest.importorskip("cvxpy")
     alpha = cp.Variable(anchors.shape[0], nonneg=True)
     prob = cp.Problem(cp.Minimize(cp.norm(anchors.numpy().T @ alpha - w.numpy())), [cp.sum(alpha) == 1])
     prob.solve(solver=cp.CLARABEL)

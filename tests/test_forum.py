@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+import cvxpy as cp
 import pytest
 import torch
 
@@ -29,7 +30,6 @@ def _qp11_value(upper, gq, rho, lam):
 # -- the λ subproblem (QP 11) ----------------------------------------------------------------------
 @pytest.mark.parametrize("m", [2, 3, 5])
 def test_qp11_matches_cvxpy(gen, m):
-    cp = pytest.importorskip("cvxpy")
     for _ in range(6):
         upper, gq = _random_case(gen, m, 8)
         rho = 0.5

@@ -1,13 +1,12 @@
 """MosT: Γ-weighted MGDA on the plan's support, planted clusters, MosT-E on ZDT, curriculum, metrics."""
 
 import pytest
+import quadprog
 import torch
 
 from morl import most as M
 from morl.metrics import most_metrics as MM
 from morl.problems import zdt as Z
-
-quadprog = pytest.importorskip("quadprog")
 
 
 def _quadratic_clusters(gen, n=30, m=5, dim=4, spread=0.1):

@@ -258,6 +258,5 @@ def test_file_loader_csv_and_npz(tmp_path):
 
 
 def test_mnist1d_generated_locally():
-    pytest.importorskip("mnist1d")
     d = load_dataset("mnist1d", num_samples=100)
     assert d.in_dim == 40 and d.train[0].shape[0] == 60 and d.task_names == ["digit", "parity", "large"]

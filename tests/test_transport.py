@@ -1,13 +1,12 @@
 """Optimal transport: marginals, sparsity, agreement with POT's exact solver, the regulariser."""
 
 import numpy as np
+import ot
 import pytest
 import torch
 
 from morl import transport as T
 from morl.metrics.most_metrics import column_cosine
-
-ot = pytest.importorskip("ot")
 
 
 def _problem(gen, n=30, m=5, scale=2.3):
