@@ -6,18 +6,23 @@ STAMP  := $(VENV)/.installed
 CONFIG ?= configs/mt10_cagrad.yaml
 ARGS   ?=
 
-.PHONY: install train test test-slow bench clean
+LOCK   := requirements/lock.txt
+
+.PHONY: install train test test-slow bench clean lock
 
 install: $(STAMP)
 
-# torch==2.13.0 first: it resolves to the local CPU wheel where one is provided (no CUDA
-# download on CPU machines); elsewhere pip takes whatever torch the registry serves.
-$(STAMP): pyproject.toml
+# The tested set, exactly: every package pinned by requirements/lock.txt (README, "Dependencies"),
+# then morl itself without resolving anything further, then pip's own consistency check.
+# The lock pins torch==2.13.0: pip takes the CPU wheel where one lies in its find-links (no CUDA
+# download on CPU machines); elsewhere the registry's build of that release.
+$(STAMP): pyproject.toml $(LOCK)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "morl needs Python 3.11+, found " + sys.version.split()[0])'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "torch==2.13.0" || $(BIN)/python -m pip install -q torch
-	$(BIN)/python -m pip install -q -e ".[all]"
+	$(BIN)/python -m pip install -q "pip==26.3"
+	$(BIN)/python -m pip install -q -r $(LOCK)
+	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m pip check
 	@touch $(STAMP)
 
 train: $(STAMP)
@@ -34,6 +39,26 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+
+# Refresh the lock from pyproject.toml with uv (README, "Dependencies"). Versions already locked are
+# kept unless pyproject.toml or requirements/constraints.txt rules them out; UPGRADE=1 moves every
+# package to its newest allowed release. uv runs from a throwaway venv, not from .venv. Resolved for
+# CPython 3.11 on x86-64 Linux; TORCH_WHEELS must hold torch's CPU wheel (constraints.txt says why).
+UV           := uv==0.12.24
+LOCK_VENV    ?= $(or $(TMPDIR),/tmp)/morl-lock-uv
+TORCH_WHEELS ?= /opt/wheels
+LOCK_ARGS    ?=
+lock:
+	@test -x $(LOCK_VENV)/bin/uv || { $(PYTHON) -m venv $(LOCK_VENV) && $(LOCK_VENV)/bin/python -m pip install -q "$(UV)"; }
+	cp $(LOCK) $(LOCK).new
+	$(LOCK_VENV)/bin/uv pip compile pyproject.toml --extra all -c requirements/constraints.txt -o $(LOCK).new \
+	    --find-links $(TORCH_WHEELS) --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	    --custom-compile-command "make lock" --quiet $(if $(UPGRADE),--upgrade) $(LOCK_ARGS)
+	@if grep -qiE '^(nvidia-|triton)' $(LOCK).new; then rm -f $(LOCK).new; \
+	    echo "make lock: the resolver took torch's CUDA build; give TORCH_WHEELS=<folder with the CPU wheel>" >&2; exit 1; fi
+	sed -i 's/^torch==\([^+ ]*\)+cpu$$/torch==\1/' $(LOCK).new
+	mv $(LOCK).new $(LOCK)
+	@git diff --stat -- $(LOCK) 2>/dev/null || true
 
 # Mutation testing of the numerical core (docs/testing.md): `make mutate`, or one module with
 # `make mutate MODULE=morl/solvers` (a folder or a .py file under morl/ or agents/).
