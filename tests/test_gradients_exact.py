@@ -85,10 +85,13 @@ def test_backward_frees_or_keeps_the_graph_like_autograd():
     torch.testing.assert_close(torch.cat([a.grad, b.grad]), jac.mean(0) + jac.sum(0), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("k,batched,calls", [(1, True, 1), (2, True, 1), (3, True, 1), (2, False, 2), (3, False, 3)])
+@pytest.mark.parametrize(
+    "k,batched,calls", [(1, True, 1), (2, True, 1), (3, True, 1), (3, None, 1), (2, False, 2), (3, False, 3)]
+)
 def test_one_batched_backward_or_k_passes(monkeypatch, k, batched, calls):
-    # The batched path's promise is ONE vmapped backward for all K rows; batched=False makes K.
-    # A batched call that silently fell back to the loop would still give the right numbers.
+    # The batched path's promise is ONE vmapped backward for all K rows (also by default,
+    # batched=None here); batched=False makes K. A batched call that silently fell back to the
+    # loop would still give the right numbers.
     seen = []
     real_grad = torch.autograd.grad
 
@@ -98,9 +101,27 @@ def test_one_batched_backward_or_k_passes(monkeypatch, k, batched, calls):
 
     monkeypatch.setattr(torch.autograd, "grad", counting_grad)
     a, b, losses, jac = quadratic(k)
-    torch.testing.assert_close(per_task_grads(losses, [a, b], batched=batched), jac, rtol=0, atol=1e-12)
+    kwargs = {} if batched is None else {"batched": batched}
+    torch.testing.assert_close(per_task_grads(losses, [a, b], **kwargs), jac, rtol=0, atol=1e-12)
     assert len(seen) == calls
+    batched = True if batched is None else batched
     assert all(seen) if (batched and k > 1) else not any(seen)
+
+
+def test_fallback_loop_keeps_the_graph_when_asked(monkeypatch):
+    # When the batched backward fails, the K-pass fallback must honour retain_graph too.
+    real_grad = torch.autograd.grad
+
+    def no_batching(*args, **kwargs):
+        if kwargs.get("is_grads_batched"):
+            raise RuntimeError("Batching rule not implemented for aten::something")
+        return real_grad(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", no_batching)
+    a, b, losses, jac = quadratic()
+    torch.testing.assert_close(per_task_grads(losses, [a, b], retain_graph=True), jac, rtol=0, atol=1e-12)
+    losses.sum().backward()
+    torch.testing.assert_close(torch.cat([a.grad, b.grad]), jac.sum(0), rtol=0, atol=1e-12)
 
 
 def test_write_grads_casts_to_the_parameter_dtype():
