@@ -34,10 +34,12 @@ def gramian(grads: torch.Tensor) -> torch.Tensor:
 
 def _well_scaled(gram: torch.Tensor) -> bool:
     """Finite and not in the subnormal range (where products lose their relative precision).
-    An all-zero G also fails (the rows may have underflowed): the fallback then decides."""
+    Only the largest diagonal entry is read: |G_ij| ≤ sqrt(G_ii G_jj) bounds the rest, and a
+    NaN anywhere in G comes from a NaN/inf row, whose diagonal entry is then NaN/inf too. An
+    all-zero G also fails (the rows may have underflowed): the fallback then decides."""
     info = torch.finfo(gram.dtype)
-    top = torch.diagonal(gram, dim1=-2, dim2=-1).amax()
-    return bool(torch.isfinite(gram).all() & (top >= info.tiny / info.eps))
+    top = float(torch.diagonal(gram, dim1=-2, dim2=-1).amax())  # free on CPU, the only caller
+    return info.tiny / info.eps <= top <= info.max
 
 
 def _rescaled_gramian(grads: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
