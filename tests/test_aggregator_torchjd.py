@@ -1,15 +1,12 @@
 """MGDA, PCGrad and CAGrad against TorchJD 0.18 (a peer implementation no one here wrote), on
-shared inputs where both are well-posed. TorchJD is a test-only dependency: each test skips
-when it is missing (``pytest.importorskip`` inside the test, never at module level)."""
+shared inputs where both are well-posed. TorchJD is a test-only dependency, installed by
+``make install`` (a missing one fails, it does not skip)."""
 
 import pytest
 import torch
+import torchjd.aggregation as tj
 
 from morl.aggregators import build
-
-
-def _tj():
-    return pytest.importorskip("torchjd.aggregation")
 
 
 def _jacobian(seed, k, d, shared=0.4, dtype=torch.float64):
@@ -23,7 +20,6 @@ def test_mgda_is_the_exact_min_norm_point_and_frank_wolfe_approaches_it(k):
     """TorchJD solves min-norm by Frank–Wolfe (inexact); ours is exact, so ‖d‖ is never longer
     than TorchJD's (up to 1e-12 relative), and a long TorchJD run lands on ours. Measured over
     seeds 0..9: ‖d − d_tj‖/max‖g‖ ≤ 3e-4 after 20 000 FW steps; bound 3e-3."""
-    tj = _tj()
     for seed in range(4):
         j = _jacobian(seed, k, 3 * k + 5)
         d = build("mgda")(j)
@@ -39,7 +35,6 @@ def test_pcgrad_equals_torchjd_with_the_same_task_orders(k):
     """TorchJD draws one torch.randperm(K) per task from the global generator, in task order;
     ours draws the same sequence from its own generator seeded with ``seed``, so with the same
     seed both make identical projections. TorchJD sums (the paper's Algorithm 1)."""
-    tj = _tj()
     for seed in range(3):
         j = _jacobian(seed, k, 12, shared=-0.3)
         torch.manual_seed(seed)
@@ -55,8 +50,6 @@ def test_cagrad_agrees_with_torchjd(k, c):
     rescale=0 here. Agreement within 1e-4 relative (Clarabel's accuracy dominates). Only at
     scales ≥ 1: TorchJD's absolute ``norm_eps`` = 1e-4 on the Gramian's trace returns 0 for
     gradients of 1e-6 (not well-posed there; ours is scale-free, see the property suite)."""
-    tj = _tj()
-    pytest.importorskip("cvxpy")
     for seed in range(2):
         for scale in (1.0, 1e6):
             j = _jacobian(seed, k, 3 * k + 5) * scale
@@ -70,7 +63,6 @@ def test_mgda_where_torchjd_fails_silently(dtype):
     """Row norms spread by 1e5 (K = 20): our d still satisfies g_k·d ≥ ‖d‖² relative to each
     row; the reference here is the property itself, TorchJD's FW stops at ε = 1e-3 far from it
     (recorded, not asserted: its answer is what issue 10 compared against)."""
-    _tj()
     gen = torch.Generator().manual_seed(0)
     rows = 10 ** torch.linspace(0, -5, 20, dtype=torch.float64)
     j = ((torch.randn(20, 70, generator=gen, dtype=torch.float64) + 0.5) * rows[:, None]).to(dtype)
