@@ -239,3 +239,22 @@ def test_supervised_adapter_undoes_a_nonfinite_step(optim):
     adapter.step((x, bad))
     assert [int(adapter.nonfinite_steps), int(adapter.nonfinite_streak), int(adapter.nonfinite_longest)] == [2, 1, 1]
     assert not all(torch.equal(a, b.detach()) for a, b in zip(params, model.parameters()))  # a clean step trains
+
+
+def test_a_huge_learning_rate_never_overflows_a_parameter():
+    # lr = 1e36 with a constant gradient: each Adam step moves the weight by exactly lr (m/sqrt(v) = 1),
+    # so plain Adam overflows float32 (3.4e38) after ~340 steps. The guard takes steps only while
+    # max|θ| + 2 lr bound stays finite: about fmax / (2 lr 7.27) = 23 steps, then skips them all.
+    from agents.mtsac import _adam, _guarded_step
+
+    plain = torch.nn.Parameter(torch.zeros(2))
+    guarded = torch.nn.Parameter(torch.zeros(2))
+    opt_plain, opt_guarded = _adam([plain], 1e36), _adam([guarded], 1e36)
+    taken = 0
+    for _ in range(400):
+        plain.grad, guarded.grad = torch.ones(2), torch.ones(2)
+        opt_plain.step()
+        taken += int(_guarded_step(opt_guarded, [guarded], None))
+    assert not torch.isfinite(plain).all()
+    assert torch.isfinite(guarded).all() and 20 <= taken <= 23
+    assert torch.allclose(guarded.detach(), torch.full((2,), -1e36 * taken), rtol=1e-5)  # every taken step moved it by lr
