@@ -181,7 +181,8 @@ def main(args) -> int:
                 for tag, m in (("val", val_m), ("test", test_m)):
                     for key, value in m.items():
                         logger.scalar(f"{tag}/{key}", value, step)
-                logger.record(step, epoch=step, train_loss=train_loss, val=val_m, test=test_m)
+                logger.record(step, epoch=step, train_loss=train_loss, val=val_m, test=test_m,
+                              skipped_nonfinite_updates=watch.reported[0])
                 summary = "  ".join(f"{n}={val_m[n + '/' + adapter.metric_names()[i]]:.4f}" for i, n in enumerate(names))
                 print(f"epoch {step:4d}/{cfg.epochs}  val {summary}  ({time.time() - t0:.1f}s)", flush=True)
             if step % cfg.checkpoint_every == 0 or step == cfg.epochs:

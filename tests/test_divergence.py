@@ -154,7 +154,7 @@ def test_supervised_huge_lr_stops_with_one_line(tmp_path, capsys):
     # epoch 1 already holds the exploded first step and is named as such.
     out_dir = tmp_path / "runs"
     with pytest.raises(SystemExit) as stop:
-        morl(["supervised", DIGITS, "optim.lr=1e30", "epochs=5", "checkpoint_every=1", "max_nonfinite_updates=40",
+        morl(["supervised", DIGITS, "optim.lr=1e30", "epochs=5", "checkpoint_every=1", "eval_every=1", "max_nonfinite_updates=40",
               f"out_dir={out_dir}"])
     assert stop.value.code == 3
     captured = capsys.readouterr()
@@ -164,6 +164,8 @@ def test_supervised_huge_lr_stops_with_one_line(tmp_path, capsys):
     assert "at epoch 2/5" in line and "max_nonfinite_updates=40" in line and "optim.lr" in line
     assert f"({last}, epoch 1, was written after the divergence began)" in line
     assert "epoch 1: warning: 33 of the last 34 updates were non-finite" in captured.out
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["epoch"], r["skipped_nonfinite_updates"]) for r in records] == [(1, 33)]  # none at the stop
     state = torch.load(last, weights_only=False)
     assert state["epoch"] == 1 and _all_finite(state["adapter"]["model"]) and _all_finite(state["adapter"]["optimizer"])
 
