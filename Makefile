@@ -13,7 +13,8 @@ LOCK   := requirements/lock.txt
 install: $(STAMP)
 
 # The tested set, exactly: every package pinned by requirements/lock.txt (README, "Dependencies"),
-# then morl itself without resolving anything further, then pip's own consistency check.
+# then morl itself without resolving anything further (built with the locked setuptools, no
+# build-isolation download), then pip's own consistency check.
 # The lock pins torch==2.13.0: pip takes the CPU wheel where one lies in its find-links (no CUDA
 # download on CPU machines); elsewhere the registry's build of that release.
 $(STAMP): pyproject.toml $(LOCK)
@@ -21,7 +22,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "pip==26.3"
 	$(BIN)/python -m pip install -q -r $(LOCK)
-	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check
 	@touch $(STAMP)
 
