@@ -232,11 +232,15 @@ def test_warm_start_gives_the_same_directions(name, gen):
 # The guarantees of each method over GENERATED matrices of controlled rank, row-norm spread and
 # scale, in both dtypes (TorchJD's property suite taken as the specification, written anew).
 # Tolerances are relative to the problem's own scale ‖g_k‖·max_j‖g_j‖ and to the input dtype's
-# rounding: measured worst cases over these generators (seeds 0..4) were 6e-7 (float32) and
-# 4e-13 (float64) for MGDA; the bounds below leave > 10x margin.
+# rounding. Worst cases measured over these generators with seeds 0..4 (float32 / float64):
+# MGDA conflict and Lemma-6 excess −3.3e-7 / −1.6e-13 (bound 1e-5 / 1e-10, ≥ 30x); MGDA ‖d‖ at
+# stationary inputs 4.6e-6 / 2.3e-12 of max‖g‖ (bound 1e-4 / 1e-10, ≥ 20x; in float32 the
+# ridge ρ ≈ 1.9e-6 that makes the rounded Gramian definite sets this floor); CAGrad c ≥ 1: 0
+# exactly; CAGrad c < 1 worst task vs the mean −4e-9 / 0 and ball excess 1.8e-7 / 5e-14.
 # =================================================================================================
 DTYPES = (torch.float32, torch.float64)
 REL_TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
+STATIONARY_TOL = {torch.float32: 1e-4, torch.float64: 1e-10}
 
 
 def controlled(gen, k, d, rank, spread=0.0, scale=1.0, dtype=torch.float64):
@@ -306,7 +310,7 @@ def test_strong_stationarity(name, options, dtype, gen):
         for scale in (1e-12, 1.0, 1e12):
             j = stationary(gen, k, 20, max(1, k - 2), scale=scale, dtype=dtype)
             d = build(name, **options)(j).double()
-            assert d.norm() <= REL_TOL[dtype] * j.double().norm(dim=1).max(), (k, scale)
+            assert d.norm() <= STATIONARY_TOL[dtype] * j.double().norm(dim=1).max(), (k, scale)
             positive = (torch.rand(k, 20, generator=gen, dtype=torch.float64) + 0.1).to(dtype) * scale
             d = build(name, **options)(positive).double()
             assert d.norm() >= 0.1 * scale  # ‖d‖ ≥ min_k ‖g_k‖cos ≥ 0.1·√20·(1/√20)
