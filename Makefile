@@ -62,7 +62,7 @@ lock:
 	@git diff --stat -- $(LOCK) 2>/dev/null || true
 
 # Mutation testing of the numerical core (docs/testing.md): `make mutate`, or one module with
-# `make mutate MODULE=morl/solvers` (a folder or a .py file under morl/ or agents/).
+# `make mutate MODULE=morl/solvers` (the modules and their fast tests: tools/mutate.py).
 # Results accumulate in mutants/; the score table is printed at the end.
 MODULE      ?=
 MUTATE_JOBS ?= 2
@@ -70,5 +70,5 @@ MUTMUT      := mutmut==3.8.1
 .PHONY: mutate
 mutate: $(STAMP)
 	@$(BIN)/python -c 'import mutmut' 2>/dev/null || $(BIN)/python -m pip install -q "$(MUTMUT)"
-	OMP_NUM_THREADS=1 $(BIN)/mutmut run --max-children $(MUTATE_JOBS) $(if $(MODULE),"$(subst /,.,$(basename $(MODULE:/=))).*")
+	$(BIN)/python tools/mutate.py $(MODULE) --jobs $(MUTATE_JOBS)
 	@$(BIN)/python tools/mutation_score.py $(MODULE)

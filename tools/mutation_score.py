@@ -1,4 +1,4 @@
-"""Per-module mutation score from mutmut's result files (mutants/**/*.py.meta).
+"""Per-module mutation score from mutmut's result files (mutants/<module>/mutants/**/*.py.meta).
 
 Usage: python tools/mutation_score.py [MODULE] [--survivors]
 MODULE is a path prefix such as morl/solvers or morl/gradients.py; --survivors also lists
@@ -31,8 +31,9 @@ def module_of(path: str) -> str:
 
 def collect(prefix: str) -> dict:
     rows: dict = {}
-    for meta in sorted(Path("mutants").rglob("*.py.meta")):
-        path = str(meta.relative_to("mutants"))[: -len(".meta")]
+    # tools/mutate.py keeps one mutmut work tree per module: mutants/<module>/mutants/<path>.meta
+    for meta in sorted(Path("mutants").glob("*/mutants/**/*.py.meta")):
+        path = str(meta.relative_to(meta.parents[len(meta.parents) - 4]))[: -len(".meta")]
         if prefix and not path.startswith(prefix):
             continue
         codes = json.loads(meta.read_text())["exit_code_by_key"]

@@ -1,0 +1,106 @@
+"""Mutation testing of the numerical core, one module at a time (`make mutate [MODULE=...]`).
+
+Each module is mutated against only the fast test files that cover it, so one mutant's run
+takes seconds: with the union of all selections every min-norm mutant would also rerun the
+FL and RL tests that happen to call it. mutmut (3.x) reads one config per directory, so each
+module gets a scratch directory ``mutants/<module>/`` holding links to the sources and a
+pyproject.toml (this project's, plus that module's ``[tool.mutmut]``); mutmut's own work
+tree is ``mutants/<module>/mutants/``. Results persist there: a rerun only retries mutants
+whose function or tests changed. Scores: ``python tools/mutation_score.py``.
+
+Usage: python tools/mutate.py [MODULE ...] [--jobs N]   (MODULE: a key of MODULES; none = all)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "mutants"
+
+# module -> (files to mutate, fast test files that cover it). Order: the brief's, aggregators last.
+MODULES: dict[str, tuple[list[str], list[str]]] = {
+    "morl/gradients.py": (["morl/gradients.py"], ["tests/test_gradients.py", "tests/test_gradients_exact.py"]),
+    "morl/solvers": (
+        ["morl/solvers/*"],
+        ["tests/test_simplex.py", "tests/test_min_norm.py", "tests/test_cagrad_exact.py"],
+    ),
+    "agents/federated": (
+        ["agents/federated/strategies.py", "agents/federated/client.py"],
+        ["tests/test_fl.py", "tests/test_fl_math.py", "tests/test_fl_official.py", "tests/test_fl_strategies_exact.py"],
+    ),
+    "agents/mtsac.py": (["agents/mtsac.py"], ["tests/test_mtsac.py", "tests/test_mtsac_math.py"]),
+    "morl/aggregators": (
+        ["morl/aggregators/*"],
+        [
+            "tests/test_aggregator_properties.py",
+            "tests/test_aggregators_reference.py",
+            "tests/test_cagrad_exact.py",
+            "tests/test_moco.py",
+            "tests/test_epo_al.py",
+            "tests/test_toy_moco.py",
+        ],
+    ),
+}
+LINKS = ("morl", "agents", "tests", "configs")  # copied by mutmut into its work tree
+
+
+def toml_list(items: list[str]) -> str:
+    return "[" + ", ".join(f'"{i}"' for i in items) + "]"
+
+
+def mutmut_section(mutate: list[str], tests: list[str]) -> str:
+    return f"""
+[tool.mutmut]
+source_paths = ["morl", "agents"]
+only_mutate = {toml_list(mutate)}
+also_copy = ["configs"]
+# raise statements are input checks: their types and messages are pinned by the error tests,
+# not by the maths, so mutating message text would only measure string matching.
+do_not_mutate_patterns = ['^\\s*raise ']
+pytest_add_cli_args = ["-p", "no:cacheprovider"]
+pytest_add_cli_args_test_selection = {toml_list(tests)}
+"""
+
+
+def prepare(module: str) -> Path:
+    mutate, tests = MODULES[module]
+    missing = [t for t in tests if not (ROOT / t).exists()]
+    if missing:
+        raise SystemExit(f"mutate: test files {missing} of {module} do not exist; fix MODULES in {__file__}")
+    scratch = WORK / module.replace("/", "_")
+    scratch.mkdir(parents=True, exist_ok=True)
+    for name in LINKS:
+        link = scratch / name
+        if not link.is_symlink():
+            link.symlink_to(ROOT / name)
+    (scratch / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + mutmut_section(mutate, tests))
+    return scratch
+
+
+def main(argv: list[str]) -> int:
+    jobs = "2"
+    if "--jobs" in argv:
+        i = argv.index("--jobs")
+        jobs, argv = argv[i + 1], argv[:i] + argv[i + 2:]
+    modules = [m.rstrip("/") for m in argv] or list(MODULES)
+    unknown = [m for m in modules if m not in MODULES]
+    if unknown:
+        print(f"mutate: unknown MODULE {unknown}; choose from {', '.join(MODULES)}", file=sys.stderr)
+        return 2
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    mutmut = Path(sys.executable).parent / "mutmut"
+    for module in modules:
+        print(f"== {module}", flush=True)
+        rc = subprocess.call([str(mutmut), "run", "--max-children", jobs], cwd=prepare(module), env=env)
+        if rc != 0:
+            print(f"mutate: mutmut failed on {module} (exit {rc})", file=sys.stderr)
+            return rc
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
