@@ -173,3 +173,12 @@ def test_batched_task_grads_input_errors_name_the_culprit():
         batched_task_grads(lambda p, xk: xk @ p["w"], w, x)
     with pytest.raises(ValueError, match="scalar per task .*got float"):
         batched_task_grads(lambda p, xk: 1.0, w, x)
+
+
+def test_batched_task_grads_accepts_one_number_per_task():
+    # inputs of shape [K] (one scalar per task) are valid: loss_k = t_k ‖w‖², ∂/∂w = 2 t_k w.
+    w = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    t = torch.tensor([0.5, 1.0, 3.0, -1.0], dtype=torch.float64)
+    losses, grads = batched_task_grads(lambda p, tk: tk * (p["w"] @ p["w"]), {"w": w}, t)
+    torch.testing.assert_close(grads, 2 * t[:, None] * w, rtol=0, atol=1e-12)
+    torch.testing.assert_close(losses, t * 5.25, rtol=0, atol=1e-12)
