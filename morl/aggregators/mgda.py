@@ -32,7 +32,7 @@ class MGDA(WarmStartSolver, GramianAggregator):
         self._init_solver(type(self).__name__, max_iter, tol, warm_start)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        w, converged = min_norm_solve(gram, max_iter=self.max_iter, tol=self.tol, init=self._start(gram.shape[-1]))
+        w, converged = min_norm_solve(gram, max_iter=self.max_iter, tol=self.tol, init=self._start(gram.shape[-1]), eps_2=0.0)
         if gram.shape[-1] > 2:
             self._count_not_converged(converged)
         self._remember(w)

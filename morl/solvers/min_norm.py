@@ -186,9 +186,12 @@ def wolfe_steps(gram_r, g_hat, d, lam, tol: float, rounds: int) -> tuple[torch.T
 
 def min_norm_solve(
     gram: torch.Tensor, rho: float = 0.0, max_iter: int = 500, tol: float = 1e-8, init: torch.Tensor | None = None,
+    eps_2: float = EPS_2,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(λ, converged)``: :func:`min_norm` plus a [...] bool saying whether the solve reached
-    ``tol`` (always True for the closed form and the enumeration). No host sync."""
+    ``tol`` (always True for the closed form and the enumeration). No host sync. ``eps_2`` is
+    the K = 2 closed form's denominator guard (the reference code's 1e-8; MGDA passes 0, as
+    the guard leaves ‖d‖ ≈ 1e-8‖g‖ at Pareto-stationary points)."""
     k = gram.shape[-1]
     work = gram.to(torch.float64)
     if rho:
@@ -196,8 +199,8 @@ def min_norm_solve(
     done = torch.ones(gram.shape[:-2], dtype=torch.bool, device=gram.device)
     if k == 1:
         return torch.ones(gram.shape[:-1], dtype=gram.dtype, device=gram.device), done
-    if k == 2:  # without the reference's 1e-8 guard, which leaves ‖d‖ ≈ 1e-8‖g‖ at stationary points
-        return min_norm_2(work, eps=0.0).to(gram.dtype), done
+    if k == 2:
+        return min_norm_2(work, eps=eps_2).to(gram.dtype), done
     if k <= EXACT_MAX_K and init is None:
         return min_norm_exact(work, ridge_for(gram.dtype)).to(gram.dtype), done
     lam, done = min_norm_iterative(work, ridge_for(gram.dtype), max_iter, tol, init)
