@@ -26,7 +26,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "morl/gradients.py": (["morl/gradients.py"], ["tests/test_gradients.py", "tests/test_gradients_exact.py"]),
     "morl/solvers": (
         ["morl/solvers/*"],
-        ["tests/test_simplex.py", "tests/test_min_norm.py", "tests/test_cagrad_exact.py"],
+        ["tests/test_simplex.py", "tests/test_min_norm.py", "tests/test_min_norm_exact.py", "tests/test_cagrad_exact.py"],
     ),
     "agents/federated": (
         ["agents/federated/strategies.py", "agents/federated/client.py"],
