@@ -88,18 +88,29 @@ def test_most_e_mixing_matrix(gen):
     assert float(big[:, 0].var()) == pytest.approx(1 / 12, abs=0.01)
 
 
-def _zdt_most_e(name, rounds):
+def _zdt_most_e(name, rounds, x0_seed=27):
     most = M.MosTE(5, 2, num_aux=25, dirichlet_shape=1.0, include_original=False, seed=0, gamma_scale="code")
-    x0 = torch.rand(5, 30, generator=torch.Generator().manual_seed(27), dtype=torch.float64)
+    x0 = torch.rand(5, 30, generator=torch.Generator().manual_seed(x0_seed), dtype=torch.float64)
     best = []
     cb = lambda t, th, g: best.append(float(MM.hypervolume(Z.zdt(name, th), Z.REFERENCE_POINTS[name])))  # noqa: E731
     M.run(lambda x: Z.zdt(name, x), x0, most, lr=0.01, rounds=rounds, project=Z.project, callback=cb, step="sign")
     return max(best)
 
 
-def test_zdt1_most_e_reaches_paper_hypervolume():
-    # Paper Table 5: MosT 5.87 on ZDT-1 (best HV over training, as in the official code).
-    assert _zdt_most_e("zdt1", 150) >= 5.80
+def test_zdt1_most_e_moves_to_the_front():
+    # Paper Table 5 reports MosT 5.87 on ZDT-1 (best HV over training, as in the official code), but
+    # that depends on the start: best HV for x0 seeds 0..9 and 27 was 4.65 5.84 5.61 5.35 5.11 5.67
+    # 5.87 5.00 5.67 5.72 5.87 (identical under ATEN_CPU_CAPABILITY=default and =avx2: float64, no
+    # chaos), so only 3 of 11 starts reach 5.80. Asserted: the robust floor 4.5 (start HV 1.3-2.6,
+    # true front 6.0). The paper-level number is the slow test below.
+    assert _zdt_most_e("zdt1", 150) >= 4.5
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="MosT-E reaches the paper's 5.80 from 3 of 11 starts; mean 5.49 (x0 seeds 0..9, 27)")
+def test_zdt1_most_e_reaches_paper_hypervolume_on_average():
+    most_e = [_zdt_most_e("zdt1", 150, seed) for seed in range(5)]
+    assert sum(most_e) / len(most_e) >= 5.80, most_e
 
 
 @pytest.mark.slow

@@ -2,8 +2,9 @@
 
 Setting of the MosT-E ZDT test (tests/test_most.py): m = 5, x0 ~ U(0,1)^30, sign steps with
 lr 0.01 for 150 steps, best hypervolume over training with the official reference points.
-Thresholds are set below the values measured for init seeds 27, 1, 2 (docs/results.md):
-linearisation 5.717 / 5.739 / 5.752, MGDA 5.550 / 5.554 / 5.559, EPO 5.828 / 5.682 / 5.804.
+Thresholds sit below the minimum over init seeds 0..17 and 27 (float64 throughout): linearisation min 5.708 (max 5.757), MGDA min 5.342
+(max 5.649), EPO min 5.662 (max 5.828); EPO's preference order held for all 19 starts, f1 span
+min 0.954.
 """
 
 import pytest
@@ -15,9 +16,7 @@ from morl.metrics import most_metrics as MM
 from morl.problems import zdt as Z
 
 SETTING = dict(lr=0.01, steps=150, project=Z.project, step="sign")
-THRESHOLDS = {"linearisation": 5.65, "mgda": 5.50, "epo": 5.60}
-# MosT-E minus linearisation, measured: +0.152 (seed 27), +0.105 (seed 1), −0.142 (seed 2).
-MARGIN = 0.15
+THRESHOLDS = {"linearisation": 5.65, "mgda": 5.25, "epo": 5.60}
 
 
 def _x0(seed):
@@ -56,16 +55,16 @@ def test_epo_spreads_along_its_preferences():
     assert bool((f1[1:] >= f1[:-1] - 1e-9).all()) and float(f1[-1] - f1[0]) > 0.5
 
 
-def test_most_e_not_below_linearisation_on_zdt1():
-    lin, _ = B.best_hypervolume(B.linearisation, _zdt1, _x0(27), Z.REFERENCE_POINTS["zdt1"], **SETTING)
-    assert _most_e_best_hv(27) >= lin - MARGIN
-
-
+# MosT-E minus linearisation (best HV), measured for x0 seeds 0..9 and 27: −1.10 +0.11 −0.14 −0.38
+# −0.64 −0.08 +0.16 −0.75 −0.08 −0.03 +0.15. The paper's "MosT-E ≥ linearisation" held only for the
+# starts a single-seed test had picked (27, 1), so it is no default-run assertion; this slow test
+# records the measured shortfall and turns into an XPASS once MosT-E matches on average.
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 2])
-def test_most_e_not_below_linearisation_other_seeds(seed):
-    lin, _ = B.best_hypervolume(B.linearisation, _zdt1, _x0(seed), Z.REFERENCE_POINTS["zdt1"], **SETTING)
-    assert _most_e_best_hv(seed) >= lin - MARGIN
+@pytest.mark.xfail(strict=True, reason="MosT-E is below linearisation from most starts (mean −0.29, x0 seeds 0..9)")
+def test_most_e_not_below_linearisation_on_average():
+    gaps = [_most_e_best_hv(seed) - B.best_hypervolume(B.linearisation, _zdt1, _x0(seed), Z.REFERENCE_POINTS["zdt1"],
+                                                          **SETTING)[0] for seed in range(5)]
+    assert sum(gaps) / len(gaps) >= -0.05, gaps
 
 
 def test_helpers_and_bad_input():

@@ -129,14 +129,15 @@ def test_svgd_spreads_more_than_mgda_on_zdt1():
     plain = _min_pairwise(_zdt1, B.svgd(_zdt1, x0, repulsion=0.0, **kw))
     svgd_final = B.svgd(_zdt1, x0, **kw)
     spread = _min_pairwise(_zdt1, svgd_final)
-    assert spread > 3 * mgda and spread > 3 * plain, (spread, mgda, plain)
+    # spread / max(mgda, plain) over x0 seeds 0..17 and 27: min 1.66 (seed 0), 6.07 at seed 27.
+    assert spread > 1.3 * mgda and spread > 1.3 * plain, (spread, mgda, plain)
     assert bool(torch.isfinite(svgd_final).all())
 
 
 def test_best_hypervolume_accepts_svgd():
     hv, final = B.best_hypervolume(B.svgd, _zdt1, _x0(27), Z.REFERENCE_POINTS["zdt1"], lr=0.01, steps=150,
                                    project=Z.project, step="sign")
-    # Measured 5.428 (docs/results.md); the true front's HV is about 5.72 with m = 5 at best.
+    # Measured 5.428 at seed 27; over x0 seeds 0..17: min 5.342, max 5.810.
     assert 5.2 < hv < 6.0
     assert final.shape == (5, 30)
 
