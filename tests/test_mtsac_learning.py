@@ -17,6 +17,8 @@ from agents.mtsac import MTSAC, MTSACConfig
 from agents.replay import MultiTaskReplay
 from envs import evaluate_policy, make_env
 
+# Over seeds 0..9 (mean) and 0..6 (CAGrad c=0.9) every run reached >= 0.9 mean success by step 750
+# (at step 500: 0.525-1.0), half the 1500-step budget.
 EVAL_EVERY, EVAL_EPISODES, TARGET = 250, 10, 0.9
 
 

@@ -142,7 +142,8 @@ def test_model_that_returns_its_own_losses():
     for _ in range(200):
         last = adapter.step((x, y))["losses"]
     assert adapter.task_names == ["task0", "task1"]
-    assert (last < 0.2 * first).all()
+    # max over tasks of last/first, torch seeds 0..19: 0.149 (median 0.008)
+    assert (last < 0.3 * first).all()
 
 
 def test_evaluate_matches_manual_metrics():
@@ -204,7 +205,9 @@ def test_mgda_learns_the_digits_tasks():
         for i in range(0, len(x), 64):
             adapter.step((x[perm[i : i + 64]], y[perm[i : i + 64]]))
     m = adapter.evaluate(data.batches("test", 512))
-    assert m["digit/accuracy"] > 0.85 and m["parity/accuracy"] > 0.85 and m["large/accuracy"] > 0.85
+    # worst of the three accuracies, seeds 0..19 (data, init and batch order): min 0.794, median 0.86
+    # (at 0.85, 6 of 20 seeds failed); chance is 0.1 / 0.5 / 0.5.
+    assert m["digit/accuracy"] > 0.75 and m["parity/accuracy"] > 0.75 and m["large/accuracy"] > 0.75
 
 
 # -- datasets ---------------------------------------------------------------------------------

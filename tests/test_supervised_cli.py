@@ -52,7 +52,8 @@ def test_digits_run_writes_logs_checkpoint_and_learns(tmp_path, capsys):
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [rec["epoch"] for rec in lines] == [1, 2, 3]
     final = json.loads((run / "final_metrics.json").read_text())
-    assert final["test"]["digit/accuracy"] > 0.8 and final["test"]["parity/accuracy"] > 0.8
+    # min(digit, parity) accuracy over config seeds 0..19: min 0.786, median 0.855 (0.8 failed seed 11)
+    assert final["test"]["digit/accuracy"] > 0.7 and final["test"]["parity/accuracy"] > 0.7
     assert final["directions"] == {"digit/accuracy": True, "parity/accuracy": True, "large/accuracy": True}
     assert "epoch    3/3" in capsys.readouterr().out
 
@@ -93,7 +94,8 @@ def test_regression_config_learns(tmp_path):
     rc = morl_supervised(str(CONFIGS / "supervised_regression_mgda.yaml"), "epochs=5", "batch_size=100", "eval_every=5", f"out_dir={tmp_path}")
     assert rc == 0
     final = json.loads((only_run(tmp_path) / "final_metrics.json").read_text())
-    # Targets have variance ~0.5 scale^2; a trained model explains most of it.
+    # Targets have variance ~0.5 scale^2; a trained model explains most of it. Worst mse / (0.5 scale^2)
+    # over config seeds 0..19: 0.677.
     assert all(final["test"][f"y{k}/mse"] < 0.5 * s**2 for k, s in enumerate([1.0, 2.0, 0.5]))
 
 
