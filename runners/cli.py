@@ -35,16 +35,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from runners.run_dir import release_run_dirs
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    failed = False  # a failed start leaves no half-created run directory behind
     try:
-        return int(importlib.import_module(args._module).main(args) or 0)
+        code = int(importlib.import_module(args._module).main(args) or 0)
+        failed = code == 2
+        return code
     except UserError as exc:
-        print(f"morl: error: {exc}", file=sys.stderr)
-        return 2
+        failed = True
+        return _error(str(exc))
+    except OSError as exc:  # a path the user gave: a file where a folder should be, read-only, disk full
+        failed = True
+        where = f" {exc.filename!r}" if exc.filename else ""
+        return _error(f"cannot read or write{where}: {exc.strerror or exc}; check the path, its permissions and free disk space")
+    except RuntimeError as exc:
+        if "Error(s) in loading state_dict" not in str(exc):
+            raise
+        failed = True
+        first = str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else str(exc)
+        return _error(f"the checkpoint does not fit the networks of the run's config (was config.yaml edited?): {first}")
     except KeyboardInterrupt as exc:
         print(f"morl: interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
         return 130
+    finally:
+        release_run_dirs(failed=failed)
+
+
+def _error(message: str) -> int:
+    print(f"morl: error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

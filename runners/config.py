@@ -23,11 +23,14 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"config file {str(path)!r} does not exist")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UserError(f"config file {str(path)!r} is not a text file (not UTF-8); give a YAML config") from None
     except yaml.YAMLError as exc:
         raise UserError(f"config file {str(path)!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if data is None:
-        return {}
+        # An empty file would silently run every default (MT10 for 2M steps): refuse it.
+        raise UserError(f"config file {str(path)!r} is empty; copy one from configs/ and edit it")
     if not isinstance(data, dict):
         raise UserError(f"config file {str(path)!r} must hold a mapping at the top level, got {type(data).__name__}")
     return data

@@ -208,7 +208,7 @@ def run(cfg: FLConfig, run_dir=None, log=print, resume: bool = False) -> dict:
 
     def checkpoint() -> None:
         state = {"federation": fed.state_dict(), "history": history, "seconds": dict(fed.seconds),
-                 "torch_rng": torch.get_rng_state(), "round": fed.round}
+                 "torch_rng": torch.get_rng_state(), "round": fed.round, "config": asdict(cfg)}
         atomic_torch_save(state, run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
 
     def on_round(r: int) -> None:

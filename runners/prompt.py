@@ -13,6 +13,7 @@ ends bit for bit where the uninterrupted one does.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -191,7 +192,7 @@ def main(args) -> int:
           f"n={cfg.batch_size} instances/step, {cfg.steps} steps, run dir {run_dir}", flush=True)
 
     def checkpoint(step: int, torch_rng, **extra) -> None:
-        state = {**trainer.state_dict(), "step": step, "torch_rng": torch_rng, **extra}
+        state = {**trainer.state_dict(), "step": step, "torch_rng": torch_rng, "config": dataclasses.asdict(cfg), **extra}
         atomic_torch_save(state, run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
 
     t0 = time.time()

@@ -55,14 +55,17 @@ def resume_run(run_dir: str | Path, overrides: list[str] | None = None, progress
     from runners.checkpoint import torch_load
     from runners.config import save_config
     from runners.rl_session import build_session, load_session_state
-    from runners.run_dir import CONFIG_FILE, drop_records_after, existing_run_dir, last_checkpoint
+    from runners.run_dir import CONFIG_FILE, check_config_unchanged, claim_run_dir, drop_records_after, existing_run_dir, last_checkpoint
     from runners.tensorboard import RunLogger
 
     run_dir = existing_run_dir(run_dir)
     cfg = load_run_config(run_dir, overrides)
+    claim_run_dir(run_dir)
     checkpoint = last_checkpoint(run_dir)
     session = build_session(cfg)
-    load_session_state(session, torch_load(checkpoint, map_location=session.device))
+    state = torch_load(checkpoint, map_location=session.device)
+    check_config_unchanged(run_dir, config_dict(cfg), list(overrides or []), stored=state.get("config"))
+    load_session_state(session, state)
     if session.step >= cfg.run.total_steps:
         print(f"morl: run already finished ({session.step}/{cfg.run.total_steps} steps); raise run.total_steps to continue")
         return run_dir

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
+import shutil
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from runners.errors import UserError
 
 CONFIG_FILE = "config.yaml"
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.pt"
+LOCK_FILE = ".lock"
+
+_held_locks: dict[str, Any] = {}  # run directory -> open lock file, for this process's lifetime
+_created: list[Path] = []  # run directories this process created, removed again if it fails before a checkpoint
 
 
 def new_run_dir(out_dir: str | Path, name: str) -> Path:
@@ -22,8 +31,61 @@ def new_run_dir(out_dir: str | Path, name: str) -> Path:
     path, i = base, 1
     while path.exists():
         path, i = Path(f"{base}.{i}"), i + 1
-    (path / CHECKPOINT_DIR).mkdir(parents=True)
+    try:
+        (path / CHECKPOINT_DIR).mkdir(parents=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the run directory {str(path)!r} ({exc.strerror}); set an output folder that is writable") from None
+    _created.append(path)
+    claim_run_dir(path)
     return path
+
+
+def claim_run_dir(run_dir: str | Path) -> None:
+    """Lock ``run_dir`` for this process (one writer per run) and remove temporary files that a
+    killed checkpoint write left behind (safe only once the lock is held)."""
+    import fcntl
+
+    from runners.checkpoint import remove_orphans
+
+    key = str(Path(run_dir).resolve())
+    if key in _held_locks:
+        return
+    lock_path = Path(run_dir) / LOCK_FILE
+    try:
+        handle = open(lock_path, "a+")
+    except OSError as exc:
+        raise UserError(f"cannot lock run directory {str(run_dir)!r} ({exc.strerror}); it must be writable") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        owner = handle.read().strip() or "unknown"
+        handle.close()
+        raise UserError(f"run directory {str(run_dir)!r} is in use by another morl process (pid {owner}); "
+                        "wait for it to finish or stop it first") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    _held_locks[key] = handle
+    remove_orphans(Path(run_dir) / CHECKPOINT_DIR)
+
+
+def release_run_dirs(failed: bool = False) -> None:
+    """Drop this process's run locks; after a failure, remove run directories it created that
+    hold no checkpoint yet (nothing half-created is left behind)."""
+    import fcntl
+
+    for handle in _held_locks.values():
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+    _held_locks.clear()
+    if failed:
+        for path in _created:
+            if path.is_dir() and not (path / CHECKPOINT_DIR / LAST_CHECKPOINT).exists():
+                shutil.rmtree(path, ignore_errors=True)
+                print(f"morl: removed the unfinished run directory {path}", file=sys.stderr)
+    _created.clear()
 
 
 def existing_run_dir(path: str | Path) -> Path:
@@ -61,8 +123,34 @@ def config_or_resume(schema, args, resume_keys: tuple[str, ...], command: str):
         if item.split("=", 1)[0] not in resume_keys:
             raise UserError(f"with --resume only {', '.join(resume_keys)} may be overridden, got {item!r}")
     cfg = load_config(schema, run_dir / CONFIG_FILE, extra)
-    last_checkpoint(run_dir)
+    claim_run_dir(run_dir)
+    check_config_unchanged(run_dir, dataclasses.asdict(cfg), extra)
     return cfg, run_dir
+
+
+def check_config_unchanged(run_dir: Path, config: dict[str, Any], overrides: list[str], stored: dict[str, Any] | None = None) -> None:
+    """Refuse to resume when ``config.yaml`` no longer equals the config the checkpoint was
+    written with, except for keys given explicitly as overrides on this command line."""
+    if stored is None:
+        from runners.checkpoint import torch_load
+
+        stored = torch_load(last_checkpoint(run_dir)).get("config")
+    if stored is None:
+        return
+    given = {item.split("=", 1)[0].strip() for item in overrides}
+    for key, (old, new) in _differences(stored, config).items():
+        if key not in given:
+            raise UserError(f"{run_dir / CONFIG_FILE} was edited since the last checkpoint ({key}: {old!r} -> {new!r}); "
+                            f"undo the edit, or pass {key}=... on the command line if the change is intended and allowed")
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: dict[str, tuple[Any, Any]] = {}
+        for key in sorted(set(old) | set(new), key=str):
+            out.update(_differences(old.get(key), new.get(key), f"{prefix}{key}."))
+        return out
+    return {} if old == new else {prefix[:-1]: (old, new)}
 
 
 def drop_records_after(path: str | Path, step: int) -> None:

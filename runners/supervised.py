@@ -187,7 +187,7 @@ def main(args) -> int:
                 print(f"epoch {step:4d}/{cfg.epochs}  val {summary}  ({time.time() - t0:.1f}s)", flush=True)
             if step % cfg.checkpoint_every == 0 or step == cfg.epochs:
                 state = {"adapter": adapter.state_dict(), "ordering": order.state_dict(), "epoch": step,
-                         "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
+                         "torch_rng": torch.get_rng_state(), "python_rng": random.getstate(), "config": to_dict(cfg)}
                 atomic_torch_save(state, run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT)
                 saved = (step, adapter.steps)
                 logger.flush()

@@ -7,6 +7,7 @@ import pytest
 import torch
 import yaml
 
+from runners.checkpoint import torch_load
 from runners.cli import main as morl
 
 QUICK = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart_point_mass.yaml")
@@ -66,7 +67,7 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
     assert saved["agent"]["hidden_sizes"] == [32, 32] and saved["aggregator"]["name"] == "pcgrad"
     assert saved["run"]["total_steps"] == 60 and saved["env"]["name"] == "point_mass"
 
-    ckpt = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    ckpt = torch_load(run_dir / "checkpoints" / "last.pt")
     assert ckpt["step"] == 60 and ckpt["updates"] == 40
     for key in ("agent", "replay", "env", "eval_env", "rng", "stats"):
         assert key in ckpt

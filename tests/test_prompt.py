@@ -19,6 +19,7 @@ from agents.prompts.soft_prompts import PromptMixture, head_gramian, per_instanc
 from agents.prompts.trainer import MixtureTrainer
 from envs.text_data import generate_domain_flip, load_text_file
 from morl.most import MosT
+from runners.checkpoint import torch_load
 from runners import prompt as prompt_runner
 from runners.errors import UserError
 
@@ -164,7 +165,7 @@ def test_cli_trains_end_to_end_on_a_tiny_encoder(tmp_path):
     assert min(final["train"]["assignment_share"]) > 0.2  # balanced, non-trivial mixture
     assert 0.0 <= final["test"]["routed_acc"] <= final["test"]["oracle_acc"] <= 1.0
     assert sum(final["test"]["route_share"]) == pytest.approx(1.0)
-    state = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
+    state = torch_load(run / "checkpoints" / "last.pt")
     assert state["step"] == 6 and state["mixture"]["prompts"].shape == (3, 4, 32) and "dispatcher" in state
     assert list((run / "tb").glob("events.out.tfevents.*"))
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
@@ -185,7 +186,7 @@ def test_cli_trains_with_the_packaged_minilm(tmp_path):
                      f"out_dir={tmp_path}")
     assert rc == 0
     (run,) = tmp_path.iterdir()
-    state = torch.load(run / "checkpoints" / "last.pt", weights_only=False)
+    state = torch_load(run / "checkpoints" / "last.pt")
     assert state["mixture"]["prompts"].shape == (3, 4, 384)  # MiniLM's hidden size
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import runners.rl_loop as rl_loop
+from runners.checkpoint import torch_load
 from runners.cli import main as morl
 from runners.rl_config import load_rl_config
 from runners.rl_runs import resume_run, start_run
@@ -27,7 +28,7 @@ TINY = [
 
 
 def _final_state(run_dir: Path) -> dict:
-    return torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)
+    return torch_load(run_dir / "checkpoints" / "last.pt")
 
 
 @pytest.mark.parametrize("aggregator", ["moco"])

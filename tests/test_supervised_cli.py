@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from morl.metrics import delta_m
+from runners.checkpoint import torch_load
 from runners import cli
 from runners import supervised as sup
 from runners.errors import UserError
@@ -81,8 +82,8 @@ def test_resume_continues_bitwise_with_the_jogba_ordering(tmp_path):
     with open(cut / "metrics.jsonl", "a") as fh:  # logged by a run killed before its next checkpoint
         fh.write(json.dumps({"step": 3, "epoch": 3}) + "\n")
     assert morl_supervised("--resume", str(cut), "epochs=4") == 0
-    full = torch.load(only_run(tmp_path / "full") / "checkpoints" / "last.pt", weights_only=False)
-    resumed = torch.load(cut / "checkpoints" / "last.pt", weights_only=False)
+    full = torch_load(only_run(tmp_path / "full") / "checkpoints" / "last.pt")
+    resumed = torch_load(cut / "checkpoints" / "last.pt")
     assert resumed["epoch"] == 4
     for key, value in full["adapter"]["model"].items():
         assert torch.equal(value, resumed["adapter"]["model"][key]), key
