@@ -116,7 +116,8 @@ def test_fast_moco_reaches_the_front_where_smg_stalls():
 def test_full_fig2_config_70k_iterations(f1_scale):
     """Spec §7.3 S3, faithful: Adam lr 0.0025/(k+1)^0.05, β_k = 5/(k+1)^0.5, σ = 1, 70k steps,
     all six starts. MGDA (exact gradients) and MoCo reach the front from every start; SMG ends
-    dominated from at least one. (About 5 min per scale on a loaded 2-core machine.)"""
+    dominated from at least one. (Several minutes per scale on a 2-core machine; not re-timed
+    since MoCo became the vmapped registry aggregator.)"""
     cfg = toy.ToyConfig(f1_scale=f1_scale)
     out = toy.simulate(toy.INITS_ALL, ["mgda", "smg", "moco"], cfg)
     margin = toy.dominated_margin(toy.objectives(out, f1_scale), f1_scale)
