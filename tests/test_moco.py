@@ -158,9 +158,10 @@ def test_out_scale_multiplies_direction(gen):
 
 
 def test_s1_s2_smg_is_biased_and_moco_is_not(gen):
-    """S1/S2 (spec §7.3) at a fixed x, M = d = 2, N(0,1) noise on every entry: SMG's expected
-    direction misses the true MGDA direction d (bias ≈ 0.21, as the spec measured) whatever the
-    number of samples; MoCo's time-averaged direction approaches d."""
+    """At a fixed x, M = d = 2, N(0,1) noise on every entry: SMG's expected direction misses the
+    true MGDA direction d (bias ≈ 0.21) whatever the number of samples; MoCo's time-averaged
+    direction approaches d. Over generator seeds 0..19: SMG bias 0.199-0.212, MoCo/SMG bias ratio
+    max 0.20 (median 0.07), threshold 0.3 (float64)."""
     jac = torch.tensor([[3.0, 1.0], [-1.0, 1.0]], dtype=torch.float64)
     d_true = build("mgda")(jac)
     noisy = jac + torch.randn(20000, *jac.shape, generator=gen, dtype=torch.float64)
