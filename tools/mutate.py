@@ -30,7 +30,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "agents/federated": (
         ["agents/federated/strategies.py", "agents/federated/client.py"],
-        ["tests/test_fl.py", "tests/test_fl_math.py", "tests/test_fl_official.py", "tests/test_fl_strategies_exact.py"],
+        ["tests/test_fl.py", "tests/test_fl_math.py", "tests/test_fl_official.py", "tests/test_fl_strategies_exact.py",
+         "tests/test_fl_client_exact.py"],
     ),
     "agents/mtsac.py": (["agents/mtsac.py"], ["tests/test_mtsac.py", "tests/test_mtsac_math.py"]),
     "morl/aggregators": (
