@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import re
@@ -67,6 +68,8 @@ def claim_run_dir(run_dir: str | Path) -> None:
     handle.truncate()
     handle.write(f"{os.getpid()}\n")
     handle.flush()
+    if not _held_locks:
+        atexit.register(release_run_dirs)  # runners called as functions (tests, notebooks) release at exit
     _held_locks[key] = handle
     remove_orphans(Path(run_dir) / CHECKPOINT_DIR)
 
