@@ -3,7 +3,9 @@
 The first signal only sets a flag, which the training loop reads between two steps, where
 the state is consistent (an env step and its updates are never split). A second signal
 interrupts at once, without a checkpoint. Schedulers send SIGTERM before they kill a job,
-so it gets the same treatment.
+so it gets the same treatment. A second signal within ``DUPLICATE_SECONDS`` of the first is
+the same request delivered twice (``timeout make train`` signals both make and its process
+group; a scheduler may signal the job step and the process), not a second Ctrl-C.
 """
 
 from __future__ import annotations
@@ -11,8 +13,12 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from collections.abc import Iterator
+
+
+DUPLICATE_SECONDS = 2.0
 
 
 class StopRequest:
@@ -21,11 +27,15 @@ class StopRequest:
     def __init__(self) -> None:
         self.requested = False
         self.signal_name = ""
+        self._first_at = 0.0
 
     def _handle(self, signum, frame) -> None:
-        if self.requested:  # second signal: stop now
-            raise KeyboardInterrupt
+        if self.requested:
+            if time.monotonic() - self._first_at < DUPLICATE_SECONDS:
+                return  # the first request, delivered again
+            raise KeyboardInterrupt  # a second, deliberate signal: stop now
         self.requested = True
+        self._first_at = time.monotonic()
         self.signal_name = signal.Signals(signum).name
         print(f"\nmorl: {self.signal_name} received: stopping after this step and writing a checkpoint "
               "(send it again to stop at once, without one)", file=sys.stderr, flush=True)
