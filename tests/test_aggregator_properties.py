@@ -6,6 +6,8 @@ import torch
 from morl.aggregators import Aggregator, build
 from morl.solvers import min_norm_gap
 
+from jacobians import _conflict, cases, controlled, stationary
+
 NAMES = ("mean", "mgda", "smg", "pcgrad", "cagrad", "moco")
 SCALES = (1e-12, 1e-6, 1.0, 1e6, 1e12)
 
@@ -241,40 +243,6 @@ def test_warm_start_gives_the_same_directions(name, gen):
 DTYPES = (torch.float32, torch.float64)
 REL_TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 STATIONARY_TOL = {torch.float32: 1e-4, torch.float64: 1e-10}
-
-
-def controlled(gen, k, d, rank, spread=0.0, scale=1.0, dtype=torch.float64):
-    """K×D of rank ``rank``; row norms spread over ``spread`` decades; overall ``scale``."""
-    u = torch.randn(k, rank, generator=gen, dtype=torch.float64)
-    v = torch.randn(rank, d, generator=gen, dtype=torch.float64)
-    rows = 10 ** torch.linspace(0.0, -spread, k, dtype=torch.float64)
-    return ((u @ v) * rows[:, None] * scale).to(dtype)
-
-
-def stationary(gen, k, d, rank, scale=1.0, dtype=torch.float64):
-    """Pareto-stationary K×D: rows of rank ≤ rank + 1 whose combination with weights λ > 0 is 0."""
-    j = controlled(gen, k, d, rank)
-    lam = torch.rand(k, generator=gen, dtype=torch.float64) + 0.1
-    j = j - (lam / lam.sum()) @ j
-    return (j * scale).to(dtype)
-
-
-def cases(gen, dtype, ks=(3, 5, 10, 20, 40)):
-    """(label, J) over K, rank, spread and scale; float64 generation, then cast."""
-    for k in ks:
-        for scale in (1e-12, 1.0, 1e12):
-            yield f"K={k} full s={scale:g}", controlled(gen, k, 3 * k, k, scale=scale, dtype=dtype)
-            yield f"K={k} rank-deficient s={scale:g}", controlled(gen, k, 30, max(1, k // 3), scale=scale, dtype=dtype)
-            yield f"K={k} stationary s={scale:g}", stationary(gen, k, 30, max(1, k // 2), scale=scale, dtype=dtype)
-        for spread in (4.0, 6.0):
-            yield f"K={k} spread 1e{spread:g}", controlled(gen, k, 3 * k + 5, k, spread=spread, dtype=dtype)
-
-
-def _conflict(j, d):
-    """min_k g_k·d / (‖g_k‖ max_j ‖g_j‖), in float64 (≥ 0: no objective increases along −d)."""
-    j64, d64 = j.double(), d.double()
-    norms = j64.norm(dim=1)
-    return ((j64 @ d64) / (norms.clamp_min(1e-300) * norms.max())).min().item()
 
 
 COMMON_DESCENT = [("mgda", {}), ("smg", {}), ("cagrad", {"c": 1.0}), ("cagrad", {"c": 2.0, "rescale": 0})]

@@ -207,7 +207,7 @@ def test_direction_weights_and_dual_update_by_hand():
 def test_negative_multiplier_is_clipped_only_in_the_primal():
     agg = EPOAL(preference=[1.0, 1.0], eta=1.0, mu=1.0)
     g = torch.eye(2)
-    agg.load_state_dict({"p": torch.tensor([-0.5, 1.5]), "steps": 3})
+    agg.load_state_dict({"p": torch.tensor([-0.5, 1.5]), "_extra_state": {"steps": 3}})
     out = agg(g, torch.tensor([1.0, 1.0]))  # fair losses: c = 0
     assert torch.allclose(out, torch.tensor([0.0, 1.5]))
     assert torch.allclose(agg.p, torch.tensor([-0.5, 1.5])) and agg.steps == 4

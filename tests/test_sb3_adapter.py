@@ -111,7 +111,7 @@ def test_save_load_keeps_the_aggregator_state_and_per_task_entropy(tmp_path):
     np.testing.assert_array_equal(model._target_entropy_tensor().numpy(), [-2, -1, -2, -1])
     model.learn(300)
     state = model.aggregator.state_dict()
-    assert int(state["k"]) > 0  # MoCo has tracked some steps
+    assert int(state["_extra_state"]["k"]) > 0  # MoCo has tracked some steps
     model.save(tmp_path / "moco.zip")
     loaded = MultiTaskSAC.load(tmp_path / "moco.zip", env=make_env("point_mass", seed=0))
     for key, value in state.items():

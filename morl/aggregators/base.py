@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from morl.solvers.gramian import gram_scale, gramian
@@ -34,20 +32,27 @@ def _bump(counter: torch.Tensor | None, flags: torch.Tensor) -> torch.Tensor:
     return added if counter is None else counter + added
 
 
-class Aggregator:
+class Aggregator(torch.nn.Module):
     """Maps a ``[K, D]`` matrix of per-objective gradients to one ``[D]`` direction to descend.
 
-    Subclasses implement :meth:`aggregate`. Stateful ones (tracking variables, multipliers,
-    step counters, random generators) list their tensor/int attributes in ``_state_keys`` so
-    that :meth:`state_dict` / :meth:`load_state_dict` / :meth:`reset` treat every method alike.
+    An ``nn.Module``: subclasses implement :meth:`aggregate`; ``agg(grads, losses)`` runs
+    :meth:`forward`, which owns the one non-finite policy below, and any forward hooks (for
+    timing or logging weights, e.g. ``agg.register_forward_hook(...)``). State that persists
+    across calls (tracking variables, multipliers, warm starts) lives in buffers registered
+    with ``register_buffer(name, None)`` and created lazily on the first call (their shape
+    depends on K and D), so ``state_dict()``, ``load_state_dict()``, ``.to(device)`` and
+    checkpoints treat every method alike. ``aggregate`` must assign new tensors to its buffers,
+    never modify them in place (the skip policy below keeps the previous ones). Plain-Python
+    state (counters, random generators) goes through :meth:`get_extra_state`.
 
     ``check_finite`` decides what happens to NaN/inf input:
 
     * ``"raise"`` (default): a ``ValueError`` naming the first bad objective. This reads one
       boolean back from the device, i.e. one host synchronisation per call.
     * ``"skip"``: no synchronisation. The returned direction is all zeros whenever any input
-      entry (or the result) is non-finite (so the optimizer step does nothing) and ``nonfinite_steps``, a
-      device tensor, counts such calls; read it at logging time.
+      entry (or the result) is non-finite, so the optimizer step does nothing; every buffer
+      keeps its value from before the call; ``nonfinite_steps``, a device tensor, counts such
+      calls (read it at logging time).
     * ``"off"``: no check at all (caller guarantees finite input).
 
     The OUTPUT is checked under the same policy: with ``"raise"`` a non-finite direction from
@@ -58,29 +63,34 @@ class Aggregator:
 
     #: True for methods that need the ``[K]`` loss vector (EPO-AL, loss-weighted MoCo).
     needs_losses: bool = False
-    #: Names of attributes saved by ``state_dict``; tensors are cloned, the rest copied.
-    _state_keys: tuple[str, ...] = ()
+    #: False for loss weightings: their weights depend on the losses only, so learners skip
+    #: the per-task Jacobian and backpropagate ``weights · losses`` once (see LossWeighting).
+    needs_grads: bool = True
+    #: Buffers that count events; the skip policy never rolls them back.
+    _COUNTERS = ("nonfinite_steps", "not_converged")
 
     def __init__(self, check_finite: str = "raise") -> None:
+        super().__init__()
         if check_finite not in CHECK_MODES:
             raise ValueError(f"check_finite={check_finite!r} is not valid; allowed: {', '.join(CHECK_MODES)}")
         self.check_finite = check_finite
-        self.weights: torch.Tensor | None = None
-        self.nonfinite_steps: torch.Tensor | None = None
-        self.not_converged: torch.Tensor | None = None
+        self.register_buffer("weights", None, persistent=False)
+        self.register_buffer("nonfinite_steps", None)
+        self.register_buffer("not_converged", None)
 
     # -- the call -------------------------------------------------------------------------
-    def __call__(self, grads: torch.Tensor, losses: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, grads: torch.Tensor, losses: torch.Tensor | None = None) -> torch.Tensor:
         grads, losses = self._check_inputs(grads, losses)
         if self.check_finite == "skip":
             ok = self._input_finite_rows(grads).all()
             if losses is not None:
                 ok = ok & torch.isfinite(losses).all()
             # The [K, D] input is not copied or sanitised (that costs as much as the method on
-            # large D): the [D] output is zeroed instead, and stateful methods (MoCo, EPO-AL)
-            # keep their state unchanged on such a call.
+            # large D): the [D] output is zeroed instead and the state put back where it was.
+            before = self._state_buffers()
             direction = self.aggregate(grads, losses)
             ok = ok & _all_finite(direction)
+            self._keep_state_unless(ok, before)
             direction = torch.where(ok, direction, torch.zeros((), dtype=direction.dtype, device=direction.device))
             self.nonfinite_steps = _bump(self.nonfinite_steps, ~ok)
             return direction
@@ -92,14 +102,37 @@ class Aggregator:
             )
         return direction
 
+    def _state_buffers(self) -> list[tuple[torch.nn.Module, str, torch.Tensor | None]]:
+        """(module, name, value) of every persistent, non-counter buffer here and in submodules."""
+        return [
+            (m, name, value)
+            for m in self.modules()
+            for name, value in m._buffers.items()
+            if name not in m._non_persistent_buffers_set and name not in self._COUNTERS
+        ]
+
+    def _keep_state_unless(self, ok: torch.Tensor, before) -> None:
+        """Where ``ok`` is False (a device flag: no sync), put every buffer back as it was."""
+        for module, name, old in before:
+            new = module._buffers[name]
+            if new is old or new is None:
+                continue
+            if old is None:
+                old = module._initial_state(name, new)
+            if old.shape == new.shape:
+                module._buffers[name] = torch.where(ok, new, old.to(new))
+
+    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """The value buffer ``name`` takes before its first finite call (for the skip policy)."""
+        return torch.zeros_like(like)
+
     @property
     def stats(self) -> dict[str, torch.Tensor]:
         """Device-side counters for logging (no host sync until the caller reads them):
         ``nonfinite_steps`` (calls zeroed by ``check_finite="skip"``) and ``not_converged``
         (calls whose iterative K×K solve stopped at ``max_iter`` before its tolerance).
         Counters appear after the first call that can touch them."""
-        names = ("nonfinite_steps", "not_converged")
-        return {n: getattr(self, n) for n in names if getattr(self, n, None) is not None}
+        return {n: getattr(self, n) for n in self._COUNTERS if getattr(self, n, None) is not None}
 
     def _count_not_converged(self, converged: torch.Tensor) -> None:
         """Add the number of unconverged solves in ``converged`` (bools) to ``not_converged``."""
@@ -140,35 +173,30 @@ class Aggregator:
 
     # -- state ----------------------------------------------------------------------------
     def reset(self) -> None:
-        """Forget everything learned across calls (tracking variables, multipliers, counters)."""
-        self.weights = None
-        self.nonfinite_steps = None
-        self.not_converged = None
+        """Forget everything learned across calls (tracking variables, multipliers, counters).
+        Subclasses with plain-Python state extend it; child aggregators are reset too."""
+        for name in self._buffers:
+            self._buffers[name] = None
+        for child in self.children():
+            if isinstance(child, Aggregator):
+                child.reset()
 
-    def state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {}
-        for key in self._state_keys:
-            value = getattr(self, key)
-            if isinstance(value, torch.Tensor):
-                value = value.detach().clone()
-            elif isinstance(value, torch.Generator):
-                value = value.get_state()
-            state[key] = value
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        missing = [k for k in self._state_keys if k not in state]
-        if missing:
-            raise KeyError(f"{type(self).__name__}.load_state_dict: missing keys {missing}")
-        for key in self._state_keys:
-            current = getattr(self, key, None)
-            value = state[key]
-            if isinstance(current, torch.Generator):
-                current.set_state(value)
-            elif isinstance(value, torch.Tensor):
-                setattr(self, key, value.detach().clone())
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # Buffers are created lazily with a shape known only at the first call: take each one
+        # from the state as saved (absent = not created yet), then let nn.Module load the rest
+        # (parameters, extra state) and report unexpected keys.
+        for name, current in list(self._buffers.items()):
+            if name in self._non_persistent_buffers_set:
+                continue
+            value = state_dict.get(prefix + name)
+            if value is None:
+                self._buffers[name] = None
             else:
-                setattr(self, key, value)
+                if not isinstance(value, torch.Tensor):
+                    raise TypeError(f"{type(self).__name__}.load_state_dict: {prefix + name} must be a tensor, got {type(value).__name__}")
+                device = current.device if current is not None else value.device
+                self._buffers[name] = value.detach().clone().to(device)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

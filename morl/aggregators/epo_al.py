@@ -39,7 +39,6 @@ class EPOAL(Aggregator):
     """
 
     needs_losses = True
-    _state_keys = ("p", "steps")
 
     def __init__(
         self,
@@ -55,19 +54,12 @@ class EPOAL(Aggregator):
                 raise ValueError(f"EPOAL option {name}={value!r} is not valid; allowed: a finite number > 0")
         self.eta = float(eta)
         self.mu = float(mu)
-        self.p: torch.Tensor | None = None
+        self.register_buffer("p", None)
         self.steps = 0
 
-    def __call__(self, grads: torch.Tensor, losses: torch.Tensor | None = None) -> torch.Tensor:
-        p_before, skipped_before = self.p, self.nonfinite_steps
-        direction = super().__call__(grads, losses)
-        if self.check_finite == "skip":
-            # A skipped call must not move the multipliers either (the base only zeroes the direction).
-            skipped = self.nonfinite_steps if skipped_before is None else self.nonfinite_steps - skipped_before
-            if p_before is None:
-                p_before = torch.full_like(self.p, 1.0 / self.p.shape[0])
-            self.p = torch.where(skipped.bool(), p_before.to(self.p), self.p)
-        return direction
+    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        # a skipped first call leaves the multipliers at their start, uniform 1/K
+        return torch.full_like(like, 1.0 / like.shape[0]) if name == "p" else super()._initial_state(name, like)
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         k = grads.shape[0]
@@ -98,8 +90,13 @@ class EPOAL(Aggregator):
 
     def reset(self) -> None:
         super().reset()
-        self.p = None
         self.steps = 0
+
+    def get_extra_state(self) -> dict:
+        return {"steps": self.steps}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.steps = int(state["steps"])
 
     def __repr__(self) -> str:
         pref = None if self.preference is None else [round(v, 6) for v in self.preference.tolist()]

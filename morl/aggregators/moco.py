@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from morl.aggregators._checks import check_choice, check_number
-from morl.aggregators.base import Aggregator, _finite_rows
+from morl.aggregators.base import Aggregator
 from morl.solvers.min_norm import min_norm_solve
 from morl.solvers.simplex import project_simplex, softmax_map
 
@@ -67,8 +67,6 @@ class MoCo(Aggregator):
     ``base_options`` (an aggregator name from the registry applied to Y instead of λ).
     """
 
-    _state_keys = ("y", "lam", "k")
-
     def __init__(
         self,
         preset: str | None = None,
@@ -106,10 +104,9 @@ class MoCo(Aggregator):
         self.base_name = base
         self.base = _build_base(base, base_options)
         self.needs_losses = self.grad_norm in ("loss", "l2_loss") or bool(self.base is not None and self.base.needs_losses)
-        self.y: torch.Tensor | None = None
-        self.lam: torch.Tensor | None = None
+        self.register_buffer("y", None)
+        self.register_buffer("lam", None)
         self.k = 0
-        self._finite: torch.Tensor | None = None  # set per call in "skip" mode
 
     @staticmethod
     def _validate(o: dict[str, Any]) -> None:
@@ -141,16 +138,9 @@ class MoCo(Aggregator):
         self.k += 1
 
     # -- the call -------------------------------------------------------------------------
-    def __call__(self, grads: torch.Tensor, losses: torch.Tensor | None = None) -> torch.Tensor:
-        # In "skip" mode the base class feeds zeros for a non-finite call; remember whether the
-        # input was finite (a device flag, no sync) so that such a call leaves Y and λ untouched.
-        self._finite = None
-        if self.check_finite == "skip" and isinstance(grads, torch.Tensor):
-            ok = _finite_rows(grads).all() if grads.dim() == 2 else torch.isfinite(grads).all()
-            if isinstance(losses, torch.Tensor):
-                ok = ok & torch.isfinite(losses).all()
-            self._finite = ok
-        return super().__call__(grads, losses)
+    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        # a skipped first call leaves the state MoCo starts from: Y = 0, uniform λ
+        return torch.full_like(like, 1.0 / like.shape[0]) if name == "lam" else super()._initial_state(name, like)
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         g = self._normalise(grads, losses)
@@ -161,9 +151,6 @@ class MoCo(Aggregator):
             direction, lam_new = self._direct(y_new, self.lam, gamma, losses, new_lambda_first=True)
         else:
             direction, lam_new = self._direct(self.y, self.lam, gamma, losses, new_lambda_first=False)
-        if self._finite is not None:
-            y_new = torch.where(self._finite, y_new, self.y)
-            lam_new = torch.where(self._finite, lam_new, self.lam)
         self.y, self.lam = y_new, lam_new
         if self.schedule == "call":
             self.k += 1
@@ -229,23 +216,14 @@ class MoCo(Aggregator):
 
     # -- state ----------------------------------------------------------------------------
     def reset(self) -> None:
-        super().reset()
-        self.y, self.lam, self.k = None, None, 0
-        if self.base is not None:
-            self.base.reset()
+        super().reset()  # Y, λ and the base aggregator's state
+        self.k = 0
 
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        if self.base is not None:
-            state["base"] = self.base.state_dict()
-        return state
+    def get_extra_state(self) -> dict:
+        return {"k": self.k}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        if self.base is not None:
-            if "base" not in state:
-                raise KeyError("MoCo.load_state_dict: missing key 'base' (the state of the base aggregator)")
-            self.base.load_state_dict(state["base"])
+    def set_extra_state(self, state: dict) -> None:
+        self.k = int(state["k"])
 
     def __repr__(self) -> str:
         extra = f", base={self.base!r}" if self.base is not None else ""

@@ -30,8 +30,6 @@ class PCGrad(GramianAggregator):
     Algorithm 1 and the scale of the sum loss).
     """
 
-    _state_keys = ("generator",)
-
     def __init__(self, seed: int = 0, reduction: str = "mean", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
         check_number("PCGrad", "seed", seed, integer=True)
@@ -46,13 +44,15 @@ class PCGrad(GramianAggregator):
         self.generator.manual_seed(self.seed)
         self._device_generators = {}
 
-    def state_dict(self) -> dict:
-        state = super().state_dict()
-        state["device_generators"] = {dev: g.get_state() for dev, g in self._device_generators.items()}
-        return state
+    def get_extra_state(self) -> dict:
+        # generator states are uint8 tensors: safe under torch.load(weights_only=True)
+        return {
+            "generator": self.generator.get_state(),
+            "device_generators": {dev: g.get_state() for dev, g in self._device_generators.items()},
+        }
 
-    def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
+    def set_extra_state(self, state: dict) -> None:
+        self.generator.set_state(state["generator"])
         self._device_generators = {}
         for dev, gen_state in state.get("device_generators", {}).items():
             self._generator_for(torch.device(dev)).set_state(gen_state)
@@ -60,6 +60,8 @@ class PCGrad(GramianAggregator):
     def _generator_for(self, device: torch.device) -> torch.Generator:
         if device.type == "cpu":
             return self.generator
+        if device.type == "meta":  # shapes only (the no-sync checks): nothing to draw
+            return None
         key = str(device)
         if key not in self._device_generators:
             self._device_generators[key] = torch.Generator(device=device).manual_seed(self.seed)

@@ -171,7 +171,7 @@ class PerPoint:
     """One aggregator run independently on each of B points: ``[B, K, D] -> [B, D]``.
 
     ``torch.func.vmap`` over the aggregator's own call, with its per-point state (the tensors
-    named in ``_state_keys``, e.g. MoCo's tracked Y and λ) carried here as ``[B, ...]``
+    its persistent buffers, e.g. MoCo's tracked Y and λ) carried here as ``[B, ...]``
     tensors; integer counters advance once per call, as for B separate instances. One batched
     call costs about as much as two single ones (1.3 ms each on CPU), which is what makes the
     toy's thousands of steps on ~100 points affordable with the real aggregator.
@@ -184,22 +184,26 @@ class PerPoint:
         self._vmapped = torch.func.vmap(self._one)
 
     def _one(self, grads: torch.Tensor, *state: torch.Tensor):
+        buffers = self.agg._buffers
         for key, value in zip(self.keys, state):
-            setattr(self.agg, key, value)
+            buffers[key] = value
         direction = self.agg(grads)
         if not self.keys:
-            self.keys = [k for k in self.agg._state_keys if isinstance(getattr(self.agg, k), torch.Tensor)]
-        return (direction, *(getattr(self.agg, k) for k in self.keys))
+            self.keys = [
+                k for k, v in buffers.items()
+                if v is not None and k not in self.agg._non_persistent_buffers_set and k not in self.agg._COUNTERS
+            ]
+        return (direction, *(buffers[k] for k in self.keys))
 
     def __call__(self, grads: torch.Tensor) -> torch.Tensor:
-        before = dict(vars(self.agg))
+        before = [(m, dict(m._buffers)) for m in self.agg.modules()]
         direction, *state = self._vmapped(grads, *self.state)
         self.state = tuple(state)
-        # Tensors the call left on the aggregator (weights, counters, state) belong to the
-        # finished vmap and are unusable outside it: put the previous values back.
-        for key, value in list(vars(self.agg).items()):
-            if isinstance(value, torch.Tensor) and value is not before.get(key):
-                setattr(self.agg, key, before.get(key))
+        # Tensors the call left in the aggregator's buffers (weights, counters, state) belong to
+        # the finished vmap and are unusable outside it: put the previous values back.
+        for module, buffers in before:
+            module._buffers.clear()
+            module._buffers.update(buffers)
         return direction
 
 

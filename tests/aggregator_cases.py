@@ -1,0 +1,53 @@
+"""What each registered aggregator promises, for the table-driven property suite.
+
+Every name in ``morl.aggregators.available()`` must have a row (a test checks it), so a new
+method cannot dodge the suite. The flags state the method's published guarantees, not what
+the code happens to do: a flag set here is a property the paper proves (or the method's
+construction implies), and ``tests/test_aggregator_contract.py`` checks it over generated
+matrices of controlled rank, row-norm spread and scale in float32 and float64.
+
+* ``options``: build options for the checks (the defaults when empty).
+* ``non_conflicting``: g_k·d ≥ 0 for every k (−d never increases a loss to first order).
+* ``stationary_zero``: d = 0 at a Pareto-stationary input (a positive combination of the rows
+  is 0), d ≠ 0 when all rows lie in the positive orthant.
+* ``permutation_invariant``: permuting the rows leaves d unchanged.
+* ``linear``: d(aJ) = a·d(J) for a > 0.
+* ``stochastic``: draws random numbers (seeded): the same seed gives the same output.
+* ``stateful``: the output depends on earlier calls (state in buffers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Case:
+    options: dict = field(default_factory=dict)
+    non_conflicting: bool = False
+    stationary_zero: bool = False
+    permutation_invariant: bool = False
+    linear: bool = False
+    stochastic: bool = False
+    stateful: bool = False
+
+
+CASES: dict[str, Case] = {
+    "mean": Case(permutation_invariant=True, linear=True),
+    "mgda": Case(non_conflicting=True, stationary_zero=True, permutation_invariant=True, linear=True),
+    "smg": Case(non_conflicting=True, stationary_zero=True, permutation_invariant=True, linear=True),
+    "pcgrad": Case(linear=True, stochastic=True, stateful=True),
+    "cagrad": Case(permutation_invariant=True, linear=True),
+    "moco": Case(stateful=True),
+    "epo_al": Case(stateful=True),
+}
+
+#: extra configurations checked beyond each name's row (name, options, case)
+EXTRA = [
+    ("cagrad", {"c": 1.0}, Case(non_conflicting=True, stationary_zero=True, permutation_invariant=True, linear=True)),
+    ("moco", {"base": "pcgrad"}, Case(stateful=True, stochastic=True)),
+]
+
+
+def all_configs() -> list[tuple[str, dict, Case]]:
+    return [(name, case.options, case) for name, case in CASES.items()] + EXTRA
