@@ -58,4 +58,18 @@ def build(name: str, **options) -> Aggregator:
     return cls(**options)
 
 
-__all__ = ["Aggregator", "GramianAggregator", "REGISTRY", "available", "aggregator_class", "options_of", "build"]
+def __getattr__(name: str):
+    # The public classes, importable as ``from morl.aggregators import MGDA`` and imported on
+    # first use like the registry's names.
+    for target in REGISTRY.values():
+        module, cls = target.split(":")
+        if cls == name:
+            return getattr(importlib.import_module(module), cls)
+    raise AttributeError(f"module 'morl.aggregators' has no attribute {name!r}")
+
+
+def _class_names() -> list[str]:
+    return sorted({target.split(":")[1] for target in REGISTRY.values()})
+
+
+__all__ = ["Aggregator", "GramianAggregator", "REGISTRY", "available", "aggregator_class", "options_of", "build", *_class_names()]
