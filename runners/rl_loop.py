@@ -105,6 +105,7 @@ def train(s: Session, run_dir: Path, logger, progress: bool | None = None) -> di
             exc.report()
             raise
         finally:
+            agg_timer.close()
             bar.close()
             logger.flush()
     return s.stats.last_eval or {}

@@ -150,7 +150,8 @@ class SectionTimer:
 
 
 class AggregationTimer:
-    """Times the aggregator calls the agent makes, by wrapping the instance's ``aggregate``.
+    """Times the aggregator's calls through forward hooks (the aggregator is an ``nn.Module``;
+    nothing of it is replaced) and reads its device-side counters at log time.
 
     On CPU every call is timed (no synchronisation is needed). On CUDA a call is timed, with a
     synchronisation before and after, only when ``sample_next`` was set -- once per log interval
@@ -158,27 +159,34 @@ class AggregationTimer:
     """
 
     def __init__(self, aggregator, device: torch.device) -> None:
+        self.aggregator = aggregator
         self.sync = device.type == "cuda"
         self.device = device
         self.sample_next = False
+        self._t0: float | None = None
         self.reset()
-        inner = aggregator.aggregate
+        self._handles = (aggregator.register_forward_pre_hook(self._start), aggregator.register_forward_hook(self._stop))
 
-        def timed(grads, losses):
-            if self.sync and not self.sample_next:
-                return inner(grads, losses)
-            if self.sync:
-                torch.cuda.synchronize(self.device)
-            t0 = time.perf_counter()
-            out = inner(grads, losses)
-            if self.sync:
-                torch.cuda.synchronize(self.device)
-                self.sample_next = False
-            self.seconds += time.perf_counter() - t0
-            self.calls += 1
-            return out
+    def _start(self, module, args) -> None:
+        self._t0 = None
+        if self.sync and not self.sample_next:
+            return
+        if self.sync:
+            torch.cuda.synchronize(self.device)
+        self._t0 = time.perf_counter()
 
-        aggregator.aggregate = timed  # instance attribute: the class and other instances are untouched
+    def _stop(self, module, args, output) -> None:
+        if self._t0 is None:
+            return
+        if self.sync:
+            torch.cuda.synchronize(self.device)
+            self.sample_next = False
+        self.seconds += time.perf_counter() - self._t0
+        self.calls += 1
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
 
     def reset(self) -> None:
         self.seconds = 0.0
@@ -186,6 +194,15 @@ class AggregationTimer:
 
     def per_call(self) -> float:
         return self.seconds / self.calls if self.calls else float("nan")
+
+    def counters(self) -> dict[str, int]:
+        """The aggregator's counters (``nonfinite_steps``, ``not_converged``) as
+        ``aggregator/<name>``: one host read, made at log time only."""
+        stats = self.aggregator.stats
+        if not stats:
+            return {}
+        values = torch.stack([v.to(torch.int64) for v in stats.values()]).tolist()
+        return {f"aggregator/{name}": int(v) for name, v in zip(stats, values)}
 
 
 def write_log(logger, step: int, task_names: list[str], stats: LoopStats, timer: SectionTimer, agg_timer: AggregationTimer) -> dict[str, Any]:
@@ -226,4 +243,6 @@ def _perf(logger, step, stats: LoopStats, timer: SectionTimer, agg_timer: Aggreg
     for tag, value in perf.items():
         if np.isfinite(value):
             logger.scalar(tag, value, step)
+    for tag, value in agg_timer.counters().items():
+        perf[tag] = logger.scalar(tag, value, step)
     return perf

@@ -83,6 +83,8 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
     assert set(last["loss/actor"]) == {"goal-0", "goal-1", "goal-2", "goal-3", "mean"}
     assert last["perf/transitions_per_s"] > 0 and 0 <= last["perf/aggregation_fraction"] <= 1
     assert 0 <= last["grad/conflicting_pairs"] <= 6  # 4 tasks -> 6 pairs
+    # the aggregator is timed through forward hooks and its device counters reach the log
+    assert last["perf/aggregation_ms"] > 0 and last["aggregator/nonfinite_steps"] == 0
 
     tags = _tags(run_dir)
     expected = [
@@ -90,7 +92,7 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
         "loss/actor/goal-1", "loss/critic/goal-3", "alpha/goal-0", "aggregator/weight/goal-2",
         "grad/cos_min", "grad/cos_mean", "grad/conflicting_pairs", "grad/norm_pre_aggregation",
         "grad/norm_post_aggregation", "perf/transitions_per_s", "perf/env_fraction", "perf/update_fraction",
-        "perf/aggregation_fraction", "config/text_summary",
+        "perf/aggregation_fraction", "aggregator/nonfinite_steps", "config/text_summary",
     ]
     assert not [t for t in expected if t not in tags]
     capsys.readouterr()
