@@ -7,6 +7,7 @@ import torch
 from morl.aggregators import build
 from morl.aggregators.moco import PRESETS
 from morl.solvers import min_norm, min_norm_2
+from morl.solvers.simplex import project_simplex
 
 
 def _mats(gen, n, k=3, d=6, dtype=torch.float64):
@@ -112,7 +113,7 @@ def test_presets_and_overrides():
     assert nyu.step_sizes() == (0.99, 0.1) and nyu.out_scale == 3.0 and nyu.needs_losses
     assert build("moco", preset="office").lam_grad_scale == 2.0
     assert build("moco", preset="toy", beta0=1.0).step_sizes()[0] == 1.0
-    assert set(PRESETS) == {"toy", "cityscapes", "nyuv2", "office"}
+    assert set(PRESETS) == {"toy", "cityscapes", "nyuv2", "office", "rl"}
 
 
 def test_epoch_schedule_advances_only_on_next_epoch(gen):
@@ -189,3 +190,45 @@ def test_skip_mode_leaves_the_state_untouched(gen):
     assert torch.equal(out, torch.zeros_like(out)) and agg.nonfinite_steps.item() == 1
     assert torch.equal(agg.y, y) and torch.equal(agg.lam, lam)
     assert torch.isfinite(agg(mats[2])).all()
+
+
+def _lambda_path(agg, mats, scale):
+    path = []
+    for j in mats:
+        agg(j * scale)
+        path.append(agg.lam.clone())
+    return torch.stack(path)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_normalized_lambda_step_does_not_depend_on_the_gradient_scale(seed):
+    """With ``lambda_gram="normalized"`` (preset "rl") the λ step runs on Y Yᵀ / max diag, and Y
+    is linear in the gradients, so 100x larger gradients give the same λ path (up to rounding)
+    and λ stays spread over the tasks. The paper's raw step (eq. (9)) on the same 100x input
+    moves λ by γ·1e4·(YYᵀλ): the projection collapses it onto a vertex of the simplex.
+    Measured over seeds 0..19 (K=4, 30 calls): normalized final min λ_k in [0.119, 0.229], path
+    difference <= 2.8e-16 (bound 1e-12); raw at 100x: final max λ_k = 1.0 (a vertex) for all 20."""
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randn(4, 12, generator=gen, dtype=torch.float64)
+    mats = [base + 0.3 * torch.randn(4, 12, generator=gen, dtype=torch.float64) for _ in range(30)]
+    one = _lambda_path(build("moco", preset="rl"), mats, 1.0)
+    hundred = _lambda_path(build("moco", preset="rl"), mats, 100.0)
+    torch.testing.assert_close(hundred, one, rtol=0, atol=1e-12)
+    assert hundred[-1].min() >= 0.05  # spread: no task is dropped (measured >= 0.119)
+    raw = _lambda_path(build("moco", preset="rl", lambda_gram="raw"), mats, 100.0)
+    assert raw[-1].max() >= 0.999  # the scale-dependent step collapses onto one task
+
+
+def test_normalized_lambda_step_by_hand(gen):
+    """One "code"-order call from Y_0 = 0, λ_0 = 1/K: Y_1 = β_0 G, then
+    λ_1 = Π_Δ(λ_0 − γ_0 (Y_1 Y_1ᵀ / max_k ‖y_k‖²) λ_0), written out here."""
+    g = torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    agg = build("moco", lambda_gram="normalized", beta0=0.5, beta_pow=0.0, gamma0=0.3, gamma_pow=0.0)
+    d = agg(g)
+    y = 0.5 * g
+    gram = y @ y.T
+    gram = gram / gram.diagonal().max()
+    lam0 = torch.full((3,), 1.0 / 3, dtype=torch.float64)
+    lam1 = project_simplex(lam0 - 0.3 * gram @ lam0)
+    torch.testing.assert_close(agg.lam, lam1, rtol=0, atol=1e-15)
+    torch.testing.assert_close(d, lam1 @ y, rtol=0, atol=1e-15)

@@ -24,6 +24,7 @@ import torch
 
 from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators.base import Aggregator
+from morl.solvers.gramian import gram_scale
 from morl.solvers.min_norm import min_norm_solve
 from morl.solvers.simplex import project_simplex, softmax_map
 
@@ -31,12 +32,13 @@ LAMBDA_MAPS = ("proj", "softmax", "exact")
 ORDERS = ("paper", "code")
 GRAD_NORMS = ("none", "l2", "loss", "l2_loss")
 SCHEDULES = ("call", "epoch")
-PRESETS_NAMES = ("toy", "cityscapes", "nyuv2", "office")
+LAMBDA_GRAMS = ("raw", "normalized")
+PRESETS_NAMES = ("toy", "cityscapes", "nyuv2", "office", "rl")
 
 #: Used for every option left at None and not set by the preset.
 DEFAULTS: dict[str, Any] = dict(
     beta0=0.5, beta_pow=0.5, gamma0=0.1, gamma_pow=0.5, rho=0.0, k0=1, lambda_map="proj", order="code",
-    grad_norm="none", lam_grad_scale=1.0, schedule="call", beta_clip=False, out_scale=1.0,
+    grad_norm="none", lam_grad_scale=1.0, schedule="call", beta_clip=False, out_scale=1.0, lambda_gram="raw",
 )
 #: Per-experiment settings reconstructed in spec §2.8 (the paper's Table 10 is missing).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -48,6 +50,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "nyuv2": dict(beta0=0.99, beta_pow=0.0, gamma0=0.1, gamma_pow=0.0, lambda_map="softmax", grad_norm="l2_loss", out_scale=3.0),
     # official LibMTL Tracking.py: per-iteration counter from 1, sort projection, factor 2
     "office": dict(beta0=0.5, beta_pow=0.5, gamma0=0.1, gamma_pow=0.5, lambda_map="proj", lam_grad_scale=2.0),
+    # RL (our choice; the paper's MT10 settings, Table 10, are missing): the λ step on Y Yᵀ divided
+    # by its largest diagonal entry, so λ does not depend on the gradients' absolute scale (SAC's
+    # actor gradients under raw Meta-World rewards are large and drift over training)
+    "rl": dict(beta0=0.5, beta_pow=0.5, gamma0=0.1, gamma_pow=0.5, lambda_map="proj", lambda_gram="normalized"),
 }
 NORM_EPS = 1e-8  # the reference code's guard in g/(‖g‖ + eps)
 
@@ -58,7 +64,9 @@ class MoCo(Aggregator):
     Options (None = take it from ``preset``, else from ``DEFAULTS``):
     ``preset`` None|"toy"|"cityscapes"|"nyuv2"|"office"; ``beta0``, ``beta_pow``, ``gamma0``,
     ``gamma_pow``, ``k0`` (schedule offset; 1 = the code's (k+1)); ``rho`` (ρ ≥ 0 of (8)/(9));
-    ``lambda_map`` "proj"|"softmax"|"exact"; ``lam_grad_scale`` (1 = eq. (9) literally, 2 = the
+    ``lambda_map`` "proj"|"softmax"|"exact"; ``lambda_gram`` "raw" (eq. (9): the step on Y Yᵀ,
+    which grows with the square of the gradients' scale) | "normalized" (Y Yᵀ divided by its
+    largest diagonal entry: the λ iterates do not depend on a global gradient scale); ``lam_grad_scale`` (1 = eq. (9) literally, 2 = the
     gradient of ‖Yλ‖² as in Tracking.py); ``order`` "code"|"paper"; ``grad_norm``
     "none"|"l2"|"loss"|"l2_loss" (applied to G before tracking; loss variants need ``losses``);
     ``schedule`` "call" (k = number of calls) | "epoch" (k advances on :meth:`next_epoch`);
@@ -78,6 +86,7 @@ class MoCo(Aggregator):
         rho: float | None = None,
         lambda_map: str | None = None,
         lam_grad_scale: float | None = None,
+        lambda_gram: str | None = None,
         order: str | None = None,
         grad_norm: str | None = None,
         schedule: str | None = None,
@@ -92,7 +101,7 @@ class MoCo(Aggregator):
         if preset is not None:
             check_choice("MoCo", "preset", preset, PRESETS_NAMES)
         given = dict(beta0=beta0, beta_pow=beta_pow, gamma0=gamma0, gamma_pow=gamma_pow, k0=k0, rho=rho,
-                     lambda_map=lambda_map, lam_grad_scale=lam_grad_scale, order=order, grad_norm=grad_norm,
+                     lambda_map=lambda_map, lam_grad_scale=lam_grad_scale, lambda_gram=lambda_gram, order=order, grad_norm=grad_norm,
                      schedule=schedule, beta_clip=beta_clip, out_scale=out_scale)
         opts = {**DEFAULTS, **PRESETS.get(preset, {}), **{k: v for k, v in given.items() if v is not None}}
         self._validate(opts)
@@ -116,6 +125,7 @@ class MoCo(Aggregator):
         check_number("MoCo", "out_scale", o["out_scale"], strict=True)
         check_number("MoCo", "k0", o["k0"], integer=True)
         check_choice("MoCo", "lambda_map", o["lambda_map"], LAMBDA_MAPS)
+        check_choice("MoCo", "lambda_gram", o["lambda_gram"], LAMBDA_GRAMS)
         check_choice("MoCo", "order", o["order"], ORDERS)
         check_choice("MoCo", "grad_norm", o["grad_norm"], GRAD_NORMS)
         check_choice("MoCo", "schedule", o["schedule"], SCHEDULES)
@@ -169,6 +179,8 @@ class MoCo(Aggregator):
 
     def _lambda_step(self, y: torch.Tensor, lam: torch.Tensor, gamma: float) -> torch.Tensor:
         gram = y @ y.T
+        if self.lambda_gram == "normalized":
+            gram = gram / gram_scale(gram)
         if self.lambda_map == "exact":
             lam, converged = min_norm_solve(gram, rho=self.rho, max_iter=100, tol=1e-8)
             self._count_not_converged(converged)
