@@ -40,12 +40,24 @@ CASES: dict[str, Case] = {
     "cagrad": Case(permutation_invariant=True, linear=True),
     "moco": Case(stateful=True),
     "epo_al": Case(stateful=True),
+    # loss weightings: weights from the losses only, so d(aJ) = a d(J) (the losses are fixed);
+    # not permutation invariant here: the suite permutes the rows but not the losses
+    "uw": Case(linear=True, stateful=True),
+    "dwa": Case(linear=True, stateful=True),
+    "famo": Case(linear=True, stateful=True),
+    "gls": Case(linear=True),
+    "stch": Case(linear=True, stateful=True),
+    "gradnorm": Case(stateful=True),  # the weights follow the gradient norms
 }
 
 #: extra configurations checked beyond each name's row (name, options, case)
 EXTRA = [
     ("cagrad", {"c": 1.0}, Case(non_conflicting=True, stationary_zero=True, permutation_invariant=True, linear=True)),
     ("moco", {"base": "pcgrad"}, Case(stateful=True, stochastic=True)),
+    ("stch", {"ideal": "min"}, Case(linear=True, stateful=True)),
+    ("stch", {"ideal": "zero"}, Case(linear=True)),
+    ("stch", {"warmup": 2}, Case(linear=True, stateful=True)),
+    ("dwa", {"every": 2}, Case(linear=True, stateful=True)),
 ]
 
 

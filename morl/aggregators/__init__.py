@@ -17,6 +17,12 @@ REGISTRY: dict[str, str] = {
     "cagrad": "morl.aggregators.cagrad:CAGrad",
     "moco": "morl.aggregators.moco:MoCo",
     "epo_al": "morl.aggregators.epo_al:EPOAL",
+    "uw": "morl.aggregators.uw:UW",
+    "dwa": "morl.aggregators.dwa:DWA",
+    "famo": "morl.aggregators.famo:FAMO",
+    "gradnorm": "morl.aggregators.gradnorm:GradNorm",
+    "gls": "morl.aggregators.gls:GLS",
+    "stch": "morl.aggregators.stch:STCH",
 }
 
 

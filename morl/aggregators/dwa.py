@@ -1,0 +1,75 @@
+"""Dynamic weight average (Liu, Johns, Davison, CVPR 2019, arXiv 1803.10704, Sec. 3.3).
+
+    w_k(t) = K · softmax_k(r(t−1) / T),   r_k(t−1) = L_k(t−1) / L_k(t−2),   T = 2,
+
+with w = 1 for t = 1, 2. The paper (and LibMTL, and the authors' mtan code) counts t in
+EPOCHS and uses each epoch's average loss. Here a period is ``every`` calls (default 1: every
+step is a period, the loss of one batch is the period's loss); set ``every`` to the number of
+batches per epoch for the paper's rule, or call :meth:`end_period` at each epoch's end
+(``every=0``). Weights stay at 1 until two periods have completed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from morl.aggregators._checks import check_number
+from morl.aggregators.loss_weighting import LossWeighting
+
+
+class DWA(LossWeighting):
+    """Dynamic weight average: weights from the ratio of the last two periods' mean losses.
+
+    Options: ``temperature`` T (2.0), ``every`` (1; 0 = periods end only at :meth:`end_period`).
+    State: ``acc`` (sum of this period's losses), ``last``/``before`` (the last two period
+    means); the call count inside the period and the periods completed are plain ints.
+    """
+
+    _STATE = ("acc", "last", "before")
+
+    def __init__(self, temperature: float = 2.0, every: int = 1, check_finite: str = "raise") -> None:
+        super().__init__(check_finite=check_finite)
+        check_number("DWA", "temperature", temperature, strict=True)
+        check_number("DWA", "every", every, integer=True)
+        self.temperature = float(temperature)
+        self.every = every
+        self._calls = 0
+        self._periods = 0
+
+    def loss_weights(self, losses: torch.Tensor) -> torch.Tensor:
+        k = losses.shape[0]
+        if self._periods >= 2:  # plain ints: no device read
+            last, before = self._get("last", losses), self._get("before", losses)
+            ok = before.abs() > torch.finfo(losses.dtype).tiny
+            ratio = torch.where(ok, last / torch.where(ok, before, torch.ones_like(before)), torch.ones_like(last))
+            w = k * torch.softmax(ratio / self.temperature, dim=0)
+        else:
+            w = torch.ones_like(losses)
+        self.acc = self._get("acc", losses) + losses
+        self._calls += 1
+        if self.every and self._calls == self.every:
+            self.end_period()
+        return w
+
+    def end_period(self) -> None:
+        """Close the current period: its mean loss becomes L(t−1) of the next weights."""
+        if self._calls == 0 or self.acc is None:
+            return
+        self.before, self.last = self.last if self.last is not None else torch.zeros_like(self.acc), self.acc / self._calls
+        self.acc = torch.zeros_like(self.acc)
+        self._calls = 0
+        self._periods += 1
+
+    def reset(self) -> None:
+        super().reset()
+        self._calls = 0
+        self._periods = 0
+
+    def get_extra_state(self) -> dict:
+        return {"calls": self._calls, "periods": self._periods}
+
+    def set_extra_state(self, state: dict) -> None:
+        self._calls, self._periods = int(state["calls"]), int(state["periods"])
+
+    def __repr__(self) -> str:
+        return f"DWA(temperature={self.temperature:g}, every={self.every})"

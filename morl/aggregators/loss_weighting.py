@@ -1,0 +1,119 @@
+"""Loss weightings: methods whose K weights depend on the losses only (UW, DWA, FAMO, GLS, STCH).
+
+Their direction is Σ_k w_k g_k with weights w that never look at the gradients, so it is
+also the gradient of the weighted loss Σ_k w_k L_k with w held constant. A learner can then
+skip the [K, D] per-task Jacobian and run ONE backward (``needs_grads = False``):
+
+    loss = agg.weighted_loss(losses)   # Σ_k w_k L_k, w detached: this step's weights
+    loss.backward()                    # .grad = Σ_k w_k ∇L_k = agg(J, losses) up to rounding
+
+``morl.backward``, MT-SAC, the SB3 adapter and ``SupervisedMTL`` do exactly this when
+``aggregator.needs_grads`` is False. Wherever a [K, D] matrix is at hand, ``agg(grads, losses)``
+returns the same direction ``weights @ grads``.
+
+Learnable weight parameters (UW's log σ², FAMO's logits) are updated INSIDE the call, by
+their own optimizer step, as the authors' code does (FAMO's ``w_opt``; the FAMO authors'
+MT10 UW baseline steps log σ² with its own Adam): the state lives in buffers and the user's
+optimizer never sees it. Each call is one training step: it advances the state once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from morl.aggregators.base import Aggregator, _all_finite, _bump
+
+
+class LossWeighting(Aggregator):
+    """Base of the loss weightings. Subclasses implement :meth:`loss_weights`.
+
+    ``loss_weights(losses)`` returns this step's ``[K]`` weights (detached) and advances the
+    method's state; :meth:`aggregate` and :meth:`weighted_loss` both call it exactly once, so
+    the per-task path and the one-backward path produce the same weights and the same state.
+    ``_STATE`` names the buffers; ``_start(name, like)`` gives a buffer's starting value.
+    """
+
+    needs_losses = True
+    needs_grads = False
+    _STATE: tuple[str, ...] = ()
+
+    def __init__(self, check_finite: str = "raise") -> None:
+        super().__init__(check_finite=check_finite)
+        for name in self._STATE:
+            self.register_buffer(name, None)
+
+    def loss_weights(self, losses: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- the two ways to use it ----------------------------------------------------------------
+    def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
+        w = self.loss_weights(losses).to(grads.dtype)
+        self.weights = w
+        return w @ grads
+
+    def weighted_loss(self, losses: torch.Tensor) -> torch.Tensor:
+        """Σ_k w_k L_k with this step's weights detached: its backward is ``weights @ J``.
+
+        Applies the same ``check_finite`` policy as a call: ``"raise"`` names the first
+        non-finite loss; ``"skip"`` zeroes the weights (the loss is then 0·L, whose gradient
+        is NaN only where ∇L is, which a guarded optimizer step refuses), keeps every buffer
+        as it was and counts the call in ``nonfinite_steps``. Forward hooks do not see it.
+        """
+        if not isinstance(losses, torch.Tensor) or losses.dim() != 1 or losses.shape[0] < 1:
+            raise ValueError(f"losses must be a [K] tensor with K >= 1, got {getattr(losses, 'shape', type(losses).__name__)}")
+        detached = losses.detach()
+        if self.check_finite == "skip":
+            before = self._state_buffers()
+            w = self.loss_weights(detached)
+            ok = _all_finite(detached) & _all_finite(w)
+            self._keep_state_unless(ok, before)
+            w = torch.where(ok, w, torch.zeros((), dtype=w.dtype, device=w.device))
+            self.nonfinite_steps = _bump(self.nonfinite_steps, ~ok)
+        else:
+            if self.check_finite == "raise":
+                self._raise_on_nonfinite(detached)
+            w = self.loss_weights(detached)
+            if self.check_finite == "raise" and not bool(_all_finite(w)):
+                raise ValueError(f"{type(self).__name__} produced non-finite weights from finite losses")
+        self.weights = w
+        return (w.to(losses.dtype) * losses).sum()
+
+    def _raise_on_nonfinite(self, losses: torch.Tensor) -> None:
+        bad = ~torch.isfinite(losses)
+        if bool(bad.any()):
+            k = int(bad.nonzero()[0, 0])
+            raise ValueError(f"objective {k} has a non-finite (NaN/inf) loss; all {losses.shape[0]} objectives must be finite")
+
+    # -- state ---------------------------------------------------------------------------------
+    def _start(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """Starting value of buffer ``name``, shaped and typed like ``like`` (zeros/False)."""
+        return torch.zeros_like(like)
+
+    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        return self._start(name, like)
+
+    def _get(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """Buffer ``name`` (its starting value before the first call), in ``like``'s dtype/device."""
+        value = getattr(self, name)
+        if value is None:
+            return self._start(name, like)
+        if value.shape != like.shape:
+            raise ValueError(
+                f"{type(self).__name__}: state {name!r} has shape {tuple(value.shape)} but this call needs "
+                f"{tuple(like.shape)} (K changed?); call reset() first"
+            )
+        return value.to(device=like.device, dtype=like.dtype)
+
+    def _flag(self, name: str, losses: torch.Tensor) -> torch.Tensor:
+        """A 0-d bool buffer (False before the first call) on the losses' device."""
+        return self._get(name, torch.zeros((), dtype=torch.bool, device=losses.device))
+
+    def _count(self, name: str, losses: torch.Tensor) -> torch.Tensor:
+        """A 0-d counter buffer in the losses' dtype (0 before the first call)."""
+        return self._get(name, losses.new_zeros(()))
+
+
+def positive(losses: torch.Tensor) -> torch.Tensor:
+    """Losses floored at the dtype's smallest normal number: the log-loss methods (FAMO, GLS,
+    STCH) need L > 0; a zero or negative loss then gets a huge but finite weight/log."""
+    return losses.clamp_min(torch.finfo(losses.dtype).tiny)

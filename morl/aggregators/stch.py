@@ -1,0 +1,73 @@
+"""Smooth Tchebycheff scalarization (Lin, Zhang, Liu, Zhang, Zhang, ICML 2024, arXiv 2402.19078).
+
+    g_μ(L) = μ log Σ_k exp((f_k − z_k) / μ),   w_k = ∂g/∂L_k,
+
+a smooth max of the objectives' gaps to an ideal point z (μ → 0: the Tchebycheff max). How
+f and z are formed (``ideal``):
+
+* ``"nadir"`` (default: the authors' MTL code, ``STCH_MTL/LibMTL/weighting/STCH.py``):
+  f_k = log(L_k / n_k), z = 0, objective multiplied by K, so w = K softmax(f/μ)_k / L_k.
+  n is the mean loss over the ``warmup`` first calls, during which the objective is
+  Σ_k log L_k (w = 1/L, the authors' warm-up). ``warmup=0``: n = the first call's losses
+  (whose STCH weights are then exactly 1/L). The authors warm up for 4 EPOCHS and average the
+  losses of the last warm-up epoch only; here warm-up is counted in calls and averages all.
+* ``"min"``: f = L, z = the element-wise minimum of the losses seen so far (this call
+  included): the paper's ideal point estimated online; w = softmax((L − z)/μ).
+* ``"zero"``: f = L, z = 0: w = softmax(L/μ).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from morl.aggregators._checks import check_choice, check_number
+from morl.aggregators.loss_weighting import LossWeighting, positive
+
+IDEALS = ("nadir", "min", "zero")
+
+
+class STCH(LossWeighting):
+    """Smooth Tchebycheff weights; see the module docstring.
+
+    Options: ``mu`` (1.0, the authors' ``STCH_mu``), ``ideal`` ("nadir"), ``warmup`` (0 calls;
+    "nadir" only). State: ``acc`` and ``seen`` (warm-up sum and count), ``nadir``,
+    ``low`` (running minimum, "min").
+    """
+
+    _STATE = ("acc", "seen", "nadir", "low")
+
+    def __init__(self, mu: float = 1.0, ideal: str = "nadir", warmup: int = 0, check_finite: str = "raise") -> None:
+        super().__init__(check_finite=check_finite)
+        check_number("STCH", "mu", mu, strict=True)
+        check_choice("STCH", "ideal", ideal, IDEALS)
+        check_number("STCH", "warmup", warmup, integer=True)
+        self.mu, self.ideal, self.warmup = float(mu), ideal, warmup
+
+    def _start(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        if name == "low":
+            return torch.full_like(like, torch.finfo(like.dtype).max)
+        return torch.zeros_like(like)
+
+    def loss_weights(self, losses: torch.Tensor) -> torch.Tensor:
+        if self.ideal == "zero":
+            return torch.softmax(losses / self.mu, dim=0)
+        if self.ideal == "min":
+            self.low = torch.minimum(self._get("low", losses), losses)
+            return torch.softmax((losses - self.low) / self.mu, dim=0)
+        return self._nadir_weights(losses)
+
+    def _nadir_weights(self, losses: torch.Tensor) -> torch.Tensor:
+        seen = self._count("seen", losses)
+        warming = seen < self.warmup
+        # the nadir is fixed when the warm-up ends (or from the first call when warmup=0)
+        acc = torch.where(warming | (seen == 0), self._get("acc", losses) + losses, self._get("acc", losses))
+        count = torch.where(warming | (seen == 0), seen + 1, seen)
+        nadir = positive(acc / count)
+        self.acc, self.seen = acc, count
+        self.nadir = nadir
+        floored = positive(losses)
+        stch = losses.shape[0] * torch.softmax(torch.log(floored / nadir) / self.mu, dim=0) / floored
+        return torch.where(warming, 1.0 / floored, stch)
+
+    def __repr__(self) -> str:
+        return f"STCH(mu={self.mu:g}, ideal={self.ideal!r}, warmup={self.warmup})"
