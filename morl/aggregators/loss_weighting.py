@@ -114,6 +114,12 @@ class LossWeighting(Aggregator):
 
 
 def positive(losses: torch.Tensor) -> torch.Tensor:
-    """Losses floored at the dtype's smallest normal number: the log-loss methods (FAMO, GLS,
-    STCH) need L > 0; a zero or negative loss then gets a huge but finite weight/log."""
-    return losses.clamp_min(torch.finfo(losses.dtype).tiny)
+    """Losses floored at ε·max_k |L_k| (ε of the dtype; at least its smallest normal number).
+
+    The log-loss methods (GLS, STCH's "nadir") are defined for L > 0 only; a zero or negative
+    loss (an RL actor loss, say) then gets the largest weight that keeps ``w · g`` and its
+    square finite (1/(ε max|L|) relative to the others), instead of 1/tiny, which makes Adam's
+    second moment overflow and freezes the step.
+    """
+    info = torch.finfo(losses.dtype)
+    return torch.maximum(losses, (info.eps * losses.abs().amax()).clamp_min(info.tiny))
