@@ -48,6 +48,12 @@ CASES: dict[str, Case] = {
     "gls": Case(linear=True),
     "stch": Case(linear=True, stateful=True),
     "gradnorm": Case(stateful=True),  # the weights follow the gradient norms
+    # bargaining / α-fair weights (tests/test_nash_fair.py): g_k·d = w_k^(−1/α) > 0 where a
+    # solution exists, d = 0 at (rounding-level) Pareto-stationary inputs. d is clipped to
+    # ‖d‖ ≤ max_norm and does not scale with J, so the suite's scale-relative tolerances
+    # (× max‖g_k‖) do not fit permutation invariance: it is checked relative to ‖d‖ there.
+    "nash_mtl": Case(non_conflicting=True, stateful=True),
+    "fairgrad": Case(non_conflicting=True),
 }
 
 #: extra configurations checked beyond each name's row (name, options, case)

@@ -23,6 +23,8 @@ REGISTRY: dict[str, str] = {
     "gradnorm": "morl.aggregators.gradnorm:GradNorm",
     "gls": "morl.aggregators.gls:GLS",
     "stch": "morl.aggregators.stch:STCH",
+    "nash_mtl": "morl.aggregators.nash_mtl:NashMTL",
+    "fairgrad": "morl.aggregators.fairgrad:FairGrad",
 }
 
 

@@ -1,0 +1,94 @@
+"""Nash-MTL (Navon et al., "Multi-Task Learning as a Bargaining Game", ICML 2022, arXiv 2202.01017).
+
+The update is the Nash bargaining solution of the K tasks over directions in a ball: by the
+paper's Claim 3.1 / eq. (2) it is d = Σ_k α_k g_k with α > 0 solving
+
+    G α = 1/α      (elementwise; G = J Jᵀ),
+
+so g_k·d = 1/α_k > 0 for every task and ‖d‖² = αᵀGα = K. The authors then clip ‖d‖ to
+``max_norm`` (their ``clip_grad_norm_`` after the backward; 1.0), reuse α for
+``update_weights_every`` calls and warm-start each solve from the previous α. The condition
+is solved by Newton's method on its convex potential (:mod:`morl.solvers.alpha_fair`), not by
+the authors' concave-convex sequence of cvxpy problems (Alg. 1, ``optim_niter`` = 20).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from morl.aggregators._checks import check_number
+from morl.aggregators.base import GramianAggregator
+from morl.solvers.alpha_fair import alpha_fair_solve
+from morl.solvers.gramian import gramian
+
+
+def clip_weights(gram: torch.Tensor, w: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """``w`` scaled so that ‖Σ w_k g_k‖ = sqrt(wᵀGw) ≤ ``max_norm`` (0: no clipping); on the K×K."""
+    if max_norm <= 0:
+        return w
+    g = gram.to(torch.float64)
+    norm = torch.sqrt((w * (g @ w.unsqueeze(-1)).squeeze(-1)).sum(-1, keepdim=True).clamp_min(0.0))
+    return w * torch.clamp(max_norm / norm.clamp_min(torch.finfo(torch.float64).tiny), max=1.0)
+
+
+class NashMTL(GramianAggregator):
+    """Nash bargaining weights, solved on the K×K Gramian in its own units.
+
+    Options: ``max_norm`` (1.0; clip ‖d‖, 0 disables), ``update_weights_every`` (1: solve at
+    every call; n: solve every n-th call and reuse the stored α in between, as the authors'
+    code), ``max_iter`` (50 Newton steps; full-rank problems take 5–10) and ``tol`` (1e-8,
+    relative violation of α_k(Gα)_k = 1). At a Pareto-stationary input (up to rounding) no
+    bargaining solution exists and d = 0 (the disagreement point). Unconverged solves count in
+    ``not_converged``. State: ``alpha`` (the last α, unclipped; warm start and reuse).
+    """
+
+    def __init__(
+        self, max_norm: float = 1.0, update_weights_every: int = 1, max_iter: int = 50, tol: float = 1e-8,
+        check_finite: str = "raise",
+    ) -> None:
+        super().__init__(check_finite=check_finite)
+        check_number("NashMTL", "max_norm", max_norm)
+        check_number("NashMTL", "update_weights_every", update_weights_every, low=1, integer=True)
+        check_number("NashMTL", "max_iter", max_iter, low=1, integer=True)
+        check_number("NashMTL", "tol", tol, strict=True)
+        self.max_norm = float(max_norm)
+        self.update_weights_every = update_weights_every
+        self.max_iter = max_iter
+        self.tol = float(tol)
+        self._step = 0
+        self.register_buffer("alpha", None)
+
+    def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
+        # α lives in the gradients' units (α ~ 1/‖g‖), so the Gramian is NOT normalised here
+        cached, self._gram_of = self._gram_of, None
+        gram = cached[1] if cached is not None and cached[0] is grads else gramian(grads)
+        w = self.weights_from_gramian(gram).to(grads.dtype)
+        self.weights = w
+        return w @ grads
+
+    def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
+        """Clipped Nash weights for ``gram`` = J Jᵀ in the gradients' units (any scale)."""
+        k = gram.shape[-1]
+        prev = self.alpha if self.alpha is not None and self.alpha.shape == (k,) else None
+        if prev is not None and self._step % self.update_weights_every != 0:
+            alpha = prev.to(torch.float64)
+        else:
+            alpha, converged, stationary = alpha_fair_solve(gram, 1.0, self.max_iter, self.tol, init=prev)
+            self._count_not_converged(converged)
+            alpha = torch.where(stationary.unsqueeze(-1), torch.zeros_like(alpha), alpha)
+            self.alpha = alpha.to(gram.dtype)
+        self._step += 1
+        return clip_weights(gram, alpha, self.max_norm).to(gram.dtype)
+
+    def reset(self) -> None:
+        super().reset()
+        self._step = 0
+
+    def get_extra_state(self) -> dict:
+        return {"step": self._step}
+
+    def set_extra_state(self, state: dict) -> None:
+        self._step = int(state["step"])
+
+    def __repr__(self) -> str:
+        return f"NashMTL(max_norm={self.max_norm:g}, update_weights_every={self.update_weights_every})"
