@@ -54,6 +54,9 @@ CASES: dict[str, Case] = {
     # (× max‖g_k‖) do not fit permutation invariance: it is checked relative to ‖d‖ there.
     "nash_mtl": Case(non_conflicting=True, stateful=True),
     "fairgrad": Case(non_conflicting=True),
+    # PCGrad towards EMA target cosines; sign dropout per coordinate (the same U draws whatever
+    # the row order); EMA of a base's weights (first call = the base); robust aggregation
+    "gradvac": Case(linear=True, stochastic=True, stateful=True),
 }
 
 #: extra configurations checked beyond each name's row (name, options, case)

@@ -25,6 +25,7 @@ REGISTRY: dict[str, str] = {
     "stch": "morl.aggregators.stch:STCH",
     "nash_mtl": "morl.aggregators.nash_mtl:NashMTL",
     "fairgrad": "morl.aggregators.fairgrad:FairGrad",
+    "gradvac": "morl.aggregators.gradvac:GradVac",
 }
 
 

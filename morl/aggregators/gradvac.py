@@ -1,0 +1,93 @@
+"""GradVac (Wang et al., ICLR 2021, arXiv 2010.05874, Algorithm 1): PCGrad towards a target cosine.
+
+For each task i, in its own random order over j ≠ i, with φ = cos(g_i^PS, g_j) (g_j original):
+
+    if φ < φ̂_ij:  g_i^PS ← g_i^PS + ‖g_i^PS‖ (φ̂_ij √(1−φ²) − φ √(1−φ̂_ij²)) / (‖g_j‖ √(1−φ̂_ij²)) · g_j
+    φ̂_ij ← (1 − β) φ̂_ij + β φ                                    (eq. 3, EMA of the cosines)
+
+and d = mean_i g_i^PS (or the sum, the paper's Δθ). φ̂ starts at 0; with β = 0 it stays 0 and
+the correction is PCGrad's projection. The paper applies this per layer or per block of the
+network; here it acts on the whole gradient vector (one φ̂ per ordered pair of tasks).
+
+As for PCGrad every g_i^PS = Σ_k C_ik g_k, so it runs on the K×K Gramian: g_i^PS·g_j = (C G)_ij.
+The correction keeps g_i^PS's component orthogonal to g_j and sets the cosine to φ̂, so
+‖g_i^PS‖² becomes ‖g_i^PS‖² (1 − φ²) / (1 − φ̂²) exactly: it is updated by that factor, not
+recomputed from C (which would cancel badly when g_i^PS is nearly opposite to g_j).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from morl.aggregators._checks import check_choice, check_number
+from morl.aggregators.pcgrad import REDUCTIONS, PCGrad
+
+#: floor on √(1 − φ̂²): a target of ±1 asks for an infinite correction; this caps the growth of
+#: ‖g_i^PS‖ at 1/SIN_FLOOR per partner (TorchJD and LibMTL add 1e-8 to the denominator instead)
+SIN_FLOOR = 1e-8
+
+
+class GradVac(PCGrad):
+    """Gradient vaccine. Stateful: the K×K target cosines φ̂ (buffer ``targets``, float64).
+
+    Options: ``beta`` (0.01, the EMA rate of the paper; 0 keeps every target at 0: PCGrad),
+    ``seed`` (0; the task orders, one permutation of the other K − 1 tasks per task, drawn as
+    TorchJD's GradVac draws them from the global generator), ``reduction`` "mean" (default)
+    or "sum" (the paper's Algorithm 1, TorchJD, LibMTL).
+    """
+
+    def __init__(self, beta: float = 0.01, seed: int = 0, reduction: str = "mean", check_finite: str = "raise") -> None:
+        check_number("GradVac", "beta", beta)
+        if beta > 1:
+            raise ValueError(f"GradVac option beta={beta!r} is not valid; allowed: a number in [0, 1]")
+        check_number("GradVac", "seed", seed, integer=True)
+        check_choice("GradVac", "reduction", reduction, REDUCTIONS)
+        super().__init__(seed=seed, reduction=reduction, check_finite=check_finite)
+        self.beta = float(beta)
+        self.register_buffer("targets", None)
+
+    def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
+        k = gram.shape[0]
+        gram = gram.to(torch.float64)
+        targets = self._current_targets(k, gram)
+        orders = self._draw_orders(k, gram.device)
+        coef = torch.eye(k, dtype=gram.dtype, device=gram.device)  # row i: g_i^PS in the g basis
+        rows = torch.arange(k, device=gram.device)
+        sq_norm = torch.diagonal(gram).clamp(min=0.0)
+        own = sq_norm  # ‖g_i^PS‖², updated in closed form
+        tiny = torch.finfo(gram.dtype).tiny
+        for pos in range(k - 1):
+            j = orders[:, pos]
+            dots = (coef * gram.index_select(0, j)).sum(-1)  # g_i^PS · g_j
+            norm_j = sq_norm.index_select(0, j)
+            defined = (norm_j > tiny) & (own > tiny)  # else the cosine counts as 0, as TorchJD's eps makes it
+            phi = torch.where(defined, dots / torch.where(defined, (own * norm_j).sqrt(), 1.0), 0.0).clamp(-1.0, 1.0)
+            target = targets[rows, j]
+            sin = (1.0 - phi * phi).clamp(min=0.0).sqrt()
+            sin_t = (1.0 - target * target).clamp(min=0.0).sqrt().clamp(min=SIN_FLOOR)
+            fix = defined & (phi < target)
+            safe_j = torch.where(fix, norm_j, 1.0).sqrt()
+            step = torch.where(fix, own.sqrt() * (target * sin - phi * sin_t) / (safe_j * sin_t), 0.0)
+            coef = coef.index_put((rows, j), coef[rows, j] + step)
+            own = torch.where(fix, own * (sin * sin) * (target * target + sin_t * sin_t) / (sin_t * sin_t), own)
+            targets = targets.index_put((rows, j), (1.0 - self.beta) * target + self.beta * phi)
+        self.targets = targets
+        w = coef.sum(0)
+        return w / k if self.reduction == "mean" else w
+
+    def _current_targets(self, k: int, like: torch.Tensor) -> torch.Tensor:
+        if self.targets is None:
+            return torch.zeros(k, k, dtype=like.dtype, device=like.device)  # φ̂^(0) = 0 (Algorithm 1)
+        if self.targets.shape != (k, k):
+            raise ValueError(f"GradVac holds targets for K={self.targets.shape[0]} tasks but got K={k}; call reset() to start over")
+        return self.targets.to(like)
+
+    def _draw_orders(self, k: int, device: torch.device = torch.device("cpu")) -> torch.Tensor:
+        """[K, K − 1]: row i is a random order of the tasks j ≠ i. One ``randperm(K − 1)`` per
+        task, in task order, mapped onto the others as TorchJD does (same seed, same orders)."""
+        gen = self._generator_for(device)
+        perms = torch.stack([torch.randperm(k - 1, generator=gen, device=device) for _ in range(k)])
+        return perms + (perms >= torch.arange(k, device=device).unsqueeze(1)).to(perms.dtype)
+
+    def __repr__(self) -> str:
+        return f"GradVac(beta={self.beta:g}, seed={self.seed}, reduction={self.reduction!r})"
