@@ -124,8 +124,10 @@ class MTSAC:
         self._actor_names = [n for n, _ in self.actor.named_parameters()]
         trunk = set(self.actor.trunk_parameter_names())
         self._aggregated = [n in trunk or cfg.aggregate == "actor" for n in self._actor_names]
-        # mean over all actor parameters is linear: one backward of the mean loss gives its direction
+        # mean over all actor parameters is linear: one backward of the mean loss gives its direction;
+        # a loss weighting's direction is the gradient of its weighted loss: one backward too
         self._plain_mean = isinstance(self.aggregator, Mean) and cfg.aggregate == "actor"
+        self._loss_weighted = not self.aggregator.needs_grads and cfg.aggregate == "actor"
         self._critic_losses = torch.compile(self._critic_losses_eager) if cfg.compile else self._critic_losses_eager
         self._actor_task_grads = torch.compile(self._actor_task_grads_eager) if cfg.compile else self._actor_task_grads_eager
 
@@ -144,10 +146,11 @@ class MTSAC:
     def update(self, batch: dict[str, torch.Tensor], step: int, diagnostics: bool = True) -> dict[str, torch.Tensor]:
         """One SAC update from a task-grouped batch ``[T, B, ...]``; returns detached device tensors.
 
-        ``diagnostics=False`` lets the ``mean`` aggregator skip the per-task gradients (its
-        direction is the plain mean-loss gradient): the gradient-conflict statistics are then
-        left out of the returned metrics. Other aggregators need the per-task gradients anyway
-        and always report them. The update itself never depends on ``diagnostics``.
+        ``diagnostics=False`` lets ``mean`` and the loss weightings (``needs_grads`` False: UW,
+        DWA, FAMO, GLS, STCH) skip the per-task gradients (their direction is the gradient of
+        the mean / weighted loss, one backward): the gradient-conflict statistics are then left
+        out of the returned metrics. Other aggregators need the per-task gradients anyway and
+        always report them. The update itself never depends on ``diagnostics``.
         """
         obs, action, next_obs = batch["obs"], batch["action"], batch["next_obs"]
         if obs.dim() != 3 or obs.shape[0] != self.num_tasks:
@@ -190,7 +193,11 @@ class MTSAC:
     def _critic_step(self, losses: torch.Tensor) -> torch.Tensor:
         self.critic_opt.zero_grad(set_to_none=False)
         params = list(self.critic.parameters())
-        # Tasks own disjoint critics, so one backward of the sum gives every critic its own gradient.
+        # Tasks own disjoint critics, so one backward of the sum gives every critic its own gradient;
+        # a loss weighting scales critic t by T w_t, what its [T, D] path gives (one backward too).
+        if self.critic_aggregator is not None and not self.critic_aggregator.needs_grads:
+            (self.num_tasks * self.critic_aggregator.weighted_loss(losses)).backward()
+            return _guarded_step(self.critic_opt, params, self.cfg.grad_clip)
         losses.sum().backward()
         if self.critic_aggregator is not None:
             self._aggregate_critic_grads(params, losses.detach())
@@ -231,10 +238,11 @@ class MTSAC:
         eps = torch.randn(*obs.shape[:2], self.action_dim, device=self.device, generator=self.generator)
         params = list(self.actor.parameters())
         self.actor_opt.zero_grad(set_to_none=False)
-        if self.cfg.aggregate == "none" or self._plain_mean:
+        if self.cfg.aggregate == "none" or self._plain_mean or self._loss_weighted:
             logp, losses = self._plain_actor_backward(obs, eps, alpha)
-            if self._plain_mean:
-                out["agg_weights"] = torch.full((self.num_tasks,), 1.0 / self.num_tasks, device=self.device)
+            if self._plain_mean or self._loss_weighted:
+                out["agg_weights"] = (self.aggregator.weights.detach() if self._loss_weighted else
+                                      torch.full((self.num_tasks,), 1.0 / self.num_tasks, device=self.device))
                 if diagnostics:  # per-task gradients for the conflict statistics only; the step is unchanged
                     task_grads = self._actor_task_grads(obs, eps, alpha)[1]
                     out.update(_conflict_stats(task_grads, _flat_grad(params)))
@@ -256,7 +264,7 @@ class MTSAC:
         q = TwinCriticEnsemble.q_values([w.detach() for w in self.critic.weights],
                                         [b.detach() for b in self.critic.biases], obs, act).amin(1)
         losses = (alpha.unsqueeze(1) * logp - q).mean(-1)
-        losses.mean().backward()
+        (self.aggregator.weighted_loss(losses) if self._loss_weighted else losses.mean()).backward()
         return logp.detach(), losses
 
     def _write_aggregated(self, params, grads: torch.Tensor, losses: torch.Tensor, out: dict) -> None:

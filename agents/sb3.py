@@ -8,7 +8,8 @@
   (alpha_k log pi(a|s) - min_j Q_j(s, a))``; the ``[K, D]`` matrix of their gradients w.r.t.
   the actor parameters (one batched backward, :func:`morl.gradients.per_task_grads`) goes
   through the aggregator, and its direction is what Adam steps on. With ``mean`` this is the
-  gradient of ``mean_k L_k``.
+  gradient of ``mean_k L_k``. Loss weightings (``needs_grads`` False) skip the per-task
+  gradients: one backward of their weighted loss ``Σ_k w_k L_k`` gives the same direction.
 
 The critic update is SB3's (with each sample's own task temperature in the soft target). The
 task of a sample is read from the one-hot at the end of its observation, which every env of
@@ -275,10 +276,15 @@ class MultiTaskSAC(SAC):
         return 0.5 * sum(F.mse_loss(q, target_q) for q in current_q)
 
     def _actor_step(self, task_losses: th.Tensor, params: list[th.Tensor]) -> None:
-        grads = per_task_grads(task_losses, params)  # [K, D], one batched backward
-        direction = self.aggregator(grads, task_losses.detach())
         self.actor.optimizer.zero_grad()
-        write_grads(params, direction, accumulate=False)
+        if not self.aggregator.needs_grads:
+            # a loss weighting (UW, DWA, FAMO, GLS, STCH): its direction is the gradient of its
+            # weighted loss, so one plain backward replaces the [K, D] per-task gradients
+            self.aggregator.weighted_loss(task_losses).backward(inputs=params)
+        else:
+            grads = per_task_grads(task_losses, params)  # [K, D], one batched backward
+            direction = self.aggregator(grads, task_losses.detach())
+            write_grads(params, direction, accumulate=False)
         if self.max_actor_grad_norm is not None:
             th.nn.utils.clip_grad_norm_(params, self.max_actor_grad_norm)
         self.actor.optimizer.step()

@@ -161,6 +161,10 @@ class SupervisedMTL:
             (FORUM's upper level does).
         task_names: names used in metrics (default: from ``loss_fn.task_names`` or task0..).
         max_grad_norm: optional clipping of the total gradient norm before the step.
+        keep_task_grads: compute the ``[K, D]`` shared-parameter gradients even for a loss
+            weighting (``aggregator.needs_grads`` False: UW, DWA, FAMO, GLS, STCH), which
+            otherwise takes ONE backward of its weighted loss and leaves
+            :attr:`last_task_grads` None; orderings that read them (JoGBa) need True.
     """
 
     def __init__(
@@ -173,6 +177,7 @@ class SupervisedMTL:
         task_weights: torch.Tensor | Sequence[float] | None = None,
         task_names: Sequence[str] | None = None,
         max_grad_norm: float | None = None,
+        keep_task_grads: bool = False,
     ) -> None:
         self.model = model
         self.aggregator = aggregator
@@ -180,6 +185,7 @@ class SupervisedMTL:
         self.loss_fn = loss_fn
         self.shared_params, self.task_params = _resolve_shared(model, shared)
         self.max_grad_norm = max_grad_norm
+        self.keep_task_grads = keep_task_grads
         names = task_names or getattr(loss_fn, "task_names", None)
         self._task_names = list(names) if names else None
         self._task_weights: torch.Tensor | None = None
@@ -278,19 +284,25 @@ class SupervisedMTL:
             head = torch.autograd.grad(wl.sum(), self.task_params, retain_graph=True, allow_unused=True)
             for p, g in zip(self.task_params, head):
                 p.grad = None if g is None else g
-        grads = per_task_grads(wl, self.shared_params)
-        if hasattr(self.aggregator, "needs_losses"):
-            direction = self.aggregator(grads, wl.detach())
-        else:
-            direction = self.aggregator(grads)
+        if self.keep_task_grads or getattr(self.aggregator, "needs_grads", True):
+            grads = per_task_grads(wl, self.shared_params)
+            if hasattr(self.aggregator, "needs_losses"):
+                direction = self.aggregator(grads, wl.detach())
+            else:
+                direction = self.aggregator(grads)
+        else:  # a loss weighting: one backward of Σ_k w_k (t_k L_k), no [K, D] matrix
+            grads = None
+            rows = torch.autograd.grad(self.aggregator.weighted_loss(wl), self.shared_params, allow_unused=True)
+            direction = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(rows, self.shared_params)])
         write_grads(self.shared_params, direction, accumulate=False)
         if self.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.shared_params + self.task_params, self.max_grad_norm)
         # the raw per-task inputs too: a "skip" aggregator turns a NaN row into a zero direction
-        ok = _all_finite([wl.detach(), grads, direction, *(p.grad for p in self.task_params if p.grad is not None)])
+        checked = [wl.detach(), direction, *(p.grad for p in self.task_params if p.grad is not None)]
+        ok = _all_finite(checked if grads is None else [*checked, grads])
         self._count_nonfinite(_step_or_undo(self.optimizer, ok))
         self.steps += 1
-        self.last_task_grads = grads.detach()
+        self.last_task_grads = None if grads is None else grads.detach()
         self.last_direction = direction.detach()
         out = {"losses": losses.detach()}
         weights = getattr(self.aggregator, "weights", None)

@@ -146,8 +146,12 @@ def backward(losses: torch.Tensor, params, aggregator: Callable, *, retain_graph
     losses too, which EPO-AL and loss-normalised methods need) or any callable
     ``[K, D] -> [D]``. Gradients accumulate into ``.grad`` like ``loss.backward()``; a
     ``torch.optim`` optimizer can step afterwards. Returns the flat ``[D]`` direction.
+    A loss weighting (``aggregator.needs_grads`` False: UW, DWA, FAMO, GLS, STCH) skips the
+    per-task gradients: one backward of ``aggregator.weighted_loss(losses)``.
     """
     params = _as_param_list(params)
+    if isinstance(aggregator, Aggregator) and not aggregator.needs_grads:
+        return _weighted_loss_backward(_check_losses(losses), params, aggregator, retain_graph)
     grads = per_task_grads(losses, params, retain_graph=retain_graph)
     if isinstance(aggregator, Aggregator):
         direction = aggregator(grads, losses.detach())
@@ -155,6 +159,19 @@ def backward(losses: torch.Tensor, params, aggregator: Callable, *, retain_graph
         direction = aggregator(grads)
     if not isinstance(direction, torch.Tensor) or direction.shape != (grads.shape[1],):
         raise ValueError(f"aggregator must return a [D]={grads.shape[1]} tensor, got {getattr(direction, 'shape', direction)}")
+    write_grads(params, direction)
+    return direction
+
+
+def _weighted_loss_backward(losses, params, aggregator, retain_graph: bool) -> torch.Tensor:
+    """Loss weightings (``needs_grads`` False): ONE backward of ``Σ_k w_k L_k`` instead of the
+    [K, D] Jacobian; the same direction as ``weights @ J`` up to rounding."""
+    bad = [i for i, p in enumerate(params) if not p.requires_grad]
+    if bad:
+        raise ValueError(f"params {bad} do not require grad; pass only trainable tensors")
+    loss = aggregator.weighted_loss(losses)
+    rows = torch.autograd.grad(loss, params, retain_graph=retain_graph, allow_unused=True)
+    direction = _stack_rows(rows, params, 1).reshape(-1)
     write_grads(params, direction)
     return direction
 

@@ -94,7 +94,8 @@ def build(cfg, device):
     else:
         opt = torch.optim.SGD(model.parameters(), lr=cfg.optim.lr, momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay)
     adapter = SupervisedMTL(model, agg, opt, shared="trunk", loss_fn=MultiTaskLoss(data.specs),
-                            task_weights=cfg.task_weights, max_grad_norm=cfg.max_grad_norm)
+                            task_weights=cfg.task_weights, max_grad_norm=cfg.max_grad_norm,
+                            keep_task_grads=order.needs_gradients)
     return data, adapter, order
 
 
