@@ -1,0 +1,164 @@
+"""Projection onto the dual cone of the gradients, solved on their K×K Gramian.
+
+The dual cone of the rows of J is {x : Jx ≥ 0}. The projection of Jᵀu onto it is Jᵀv with
+
+    v = argmin_{v ≥ u} vᵀ G v,    G = J Jᵀ
+
+(Quinton & Rey, "Jacobian Descent for Multi-Objective Optimization", arXiv 2406.16232,
+Proposition 1), a quadratic program with box (v ≥ u) constraints only. UPGrad solves it for
+u = p_i e_i (one per row), DualProj for the preference u = p.
+
+As in :mod:`morl.solvers.min_norm`, the QP is solved in float64 on the equilibrated Gramian
+Ĝ = D⁻¹GD⁻¹ + ρI (D = diag‖g_k‖, ρ = :func:`ridge_for` the Gramian's dtype) in the variable
+z = Dv ≥ c = Du, so rows whose norms differ by 1e6 are solved as accurately as equal ones and
+the weights do not depend on the gradients' scale. By the KKT conditions the ridge leaves
+g_k·d ≥ −ρ‖g_k‖²v_k.
+
+Small K: exact, by enumerating the free set F (where z > c): on F the gradient vanishes,
+Ĝ_FF z_F = −Ĝ_FA c_A. Every candidate is clamped to z ≥ c, so each one is feasible and the
+one of least objective is the optimum (its own free set gives it). Larger K: accelerated
+projected gradient (FISTA, gradient restart) approaches the optimum, the primal-dual
+active-set rule (Hintermüller, Ito & Kunisch, SIAM J. Optim. 13(3), 2003; a semismooth
+Newton method) give the free set to start from, and primal active-set steps (as Lawson &
+Hanson's NNLS, "Solving Least Squares Problems", 1974, ch. 23) make it exact.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from morl.solvers.gramian import gram_scale
+from morl.solvers.min_norm import TIE, equilibrate, quad, restricted, ridge_for, support_masks
+
+#: Up to this K the QP is solved exactly by enumerating the 2^K free sets (one batched solve
+#: for all right-hand sides); above it the iterative solver.
+EXACT_MAX_K = 10
+
+
+def project_to_dual_cone(
+    gram: torch.Tensor, u: torch.Tensor, max_iter: int = 100, tol: float = 1e-8, exact_max_k: int = EXACT_MAX_K,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(v, converged)``: v = argmin_{v ≥ u} vᵀGv for each row of ``u``.
+
+    ``gram`` is [..., K, K] (any scale, any float dtype: it sets the ridge), ``u`` is
+    [..., B, K] (B right-hand sides sharing the Gramian). ``v`` is float64 [..., B, K];
+    ``converged`` [..., B] is False where the iterative solver (K > ``exact_max_k``) stopped
+    before the KKT residual reached ``tol`` (relative to the problem's own scale).
+    """
+    g = gram.to(torch.float64)
+    # non-finite input (zeroed by the caller's check_finite="skip"): a singular solve raises
+    g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, torch.zeros_like(g))
+    g_hat, d = equilibrate(g / gram_scale(g), ridge_for(gram.dtype))
+    d = d.unsqueeze(-2)
+    c = u.to(torch.float64) * d
+    if g.shape[-1] <= exact_max_k:
+        z = dual_cone_exact(g_hat, c)
+        converged = torch.ones(z.shape[:-1], dtype=torch.bool, device=z.device)
+    else:
+        z, converged = dual_cone_iterative(g_hat, c, max_iter, tol)
+    return z / d, converged
+
+
+def _free_set_solution(g_hat: torch.Tensor, c: torch.Tensor, m: torch.Tensor, clamp: bool = True) -> torch.Tensor:
+    """z with z_A = c_A and Ĝ_FF z_F = −Ĝ_FA c_A (F = mask ``m``), clamped to z ≥ c (``clamp``).
+    ``g_hat`` [..., K, K] broadcasts against ``m`` [..., K]; ``c`` against ``m``."""
+    fixed = (1 - m) * c
+    rhs = -(fixed.unsqueeze(-2) @ g_hat).squeeze(-2) * m  # Ĝ symmetric: (Ĝ c_A)ᵀ
+    z_free = torch.linalg.solve(restricted(g_hat, m), rhs.unsqueeze(-1)).squeeze(-1)
+    z = z_free * m + fixed
+    return torch.maximum(z, c) if clamp else z
+
+
+def dual_cone_exact(g_hat: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """Exact z = argmin_{z ≥ c} zᵀĜz ([..., B, K]) by enumerating the free sets (small K)."""
+    k = g_hat.shape[-1]
+    masks = support_masks(k, g_hat.device)
+    m = torch.cat([torch.zeros_like(masks[:1]), masks])  # [S, K], the empty free set too
+    # [..., S, B, K]: every free set against every right-hand side, one batched solve
+    z = _free_set_solution(g_hat.unsqueeze(-3).unsqueeze(-3), c.unsqueeze(-3), m.unsqueeze(-2))
+    obj = quad(g_hat.unsqueeze(-3).unsqueeze(-3), z)  # [..., S, B]
+    obj = torch.where(torch.isfinite(obj), obj, torch.full_like(obj, float("inf")))
+    # Degenerate Gramians have several optimal free sets: take the first within rounding of
+    # the optimum so the answer does not flip with the gradients' scale.
+    best, arg = obj.min(-2, keepdim=True)
+    z_best = torch.gather(z, -3, arg.unsqueeze(-1).expand(*arg.shape, k))  # [..., 1, B, K]
+    rounding = 8 * k * torch.finfo(torch.float64).eps * z_best.abs().sum(-1).square()
+    tied = obj <= best + TIE * best.abs() + rounding
+    first = tied.to(torch.int8).argmax(-2, keepdim=True)  # [..., 1, B]
+    return torch.gather(z, -3, first.unsqueeze(-1).expand(*first.shape, k)).squeeze(-3)
+
+
+def _lipschitz(g_hat: torch.Tensor) -> torch.Tensor:
+    """An upper bound on λ_max(Ĝ) ([..., 1, 1]): the smaller of the Frobenius norm and the
+    largest absolute row sum (no eigen-solver, so it also runs on every device)."""
+    fro = g_hat.square().sum((-2, -1)).sqrt()
+    rows = g_hat.abs().sum(-1).amax(-1)
+    return torch.minimum(fro, rows).unsqueeze(-1).unsqueeze(-1)
+
+
+def kkt_residual(g_hat: torch.Tensor, c: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """[..., B]: max_k |min(z_k − c_k, (Ĝz)_k)| over the problem's scale (0 at the optimum of
+    a feasible z), less float64 rounding. Scale: the larger of max|c| and ‖d‖ = sqrt(zᵀĜz)."""
+    mu = (z.unsqueeze(-2) @ g_hat).squeeze(-2)
+    res = torch.minimum(z - c, mu).abs().amax(-1)
+    scale = torch.maximum(c.abs().amax(-1), (z * mu).sum(-1).clamp_min(0).sqrt())
+    floor = 8 * z.shape[-1] * torch.finfo(torch.float64).eps * z.abs().amax(-1)
+    return (res - floor).clamp_min(0) / scale.clamp_min(torch.finfo(torch.float64).tiny)
+
+
+def dual_cone_iterative(g_hat: torch.Tensor, c: torch.Tensor, max_iter: int, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """FISTA steps from z = c, then active-set steps; ``(z, converged)`` ([..., B, K], [..., B])."""
+    g_b = g_hat.unsqueeze(-3)  # broadcasts over the B right-hand sides
+    step = 1.0 / _lipschitz(g_hat)
+    z = y = c
+    t = torch.ones_like(c[..., :1])
+    for _ in range(max_iter):
+        z_new = torch.maximum(y - step * (y.unsqueeze(-2) @ g_b).squeeze(-2), c)
+        # restart the momentum where it points uphill (O'Donoghue & Candès 2015)
+        restart = ((y - z_new) * (z_new - z)).sum(-1, keepdim=True) > 0
+        t_new = 0.5 * (1 + torch.sqrt(1 + 4 * t * t))
+        beta = torch.where(restart, torch.zeros_like(t), (t - 1) / t_new)
+        y = z_new + beta * (z_new - z)
+        z, t = z_new, torch.where(restart, torch.ones_like(t), t_new)
+    # the free set FISTA points to (z − c > Ĝz, the primal-dual active-set guess), made exact
+    free = (z - c) > (z.unsqueeze(-2) @ g_b).squeeze(-2)
+    return active_set_steps(g_hat, c, torch.where(free, z, c), free, tol, rounds=2 * g_hat.shape[-1] + 10)
+
+
+def active_set_steps(g_hat, c, z, free, tol: float, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Primal active-set steps (as Lawson & Hanson's NNLS) from the feasible ``z`` with free set
+    ``free``: a major step moves to the minimiser on the free set when it is feasible and frees
+    the most negative multiplier (Ĝz)_k < −tol·scale of an active row; a minor step moves
+    towards it until a row hits its bound and fixes that row. Batched with masks, no host
+    sync but the CPU early exit; ``converged`` where a major step found no row to free."""
+    g_b = g_hat.unsqueeze(-3)
+    done = torch.zeros(z.shape[:-1], dtype=torch.bool, device=z.device)
+    for _ in range(rounds):
+        y = _free_set_solution(g_b, c, free.to(z.dtype), clamp=False)
+        scale = torch.maximum(c.abs().amax(-1, keepdim=True), quad(g_b, y).clamp_min(0).sqrt().unsqueeze(-1))
+        slack = 1e-12 * scale
+        major = ((y >= c - slack) | ~free).all(-1) & ~done
+        mu = torch.where(free, torch.zeros_like(y), (y.unsqueeze(-2) @ g_b).squeeze(-2))
+        enter = mu.argmin(-1, keepdim=True)
+        adds = major & (mu.gather(-1, enter) < -tol * scale).squeeze(-1)
+        ratio = torch.where(free & (y < c), (z - c) / (z - y), torch.full_like(y, float("inf")))
+        theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
+        minor = ~major & ~done
+        z_minor = torch.maximum(z + theta * (y - z), c)
+        z_minor = torch.where(ratio <= theta, c, z_minor)  # the blocking rows sit on their bound
+        z = torch.where(major.unsqueeze(-1), torch.maximum(y, c), torch.where(minor.unsqueeze(-1), z_minor, z))
+        entering = torch.zeros_like(free).scatter(-1, enter, True) & adds.unsqueeze(-1)
+        free = torch.where(minor.unsqueeze(-1), free & (ratio > theta), free | entering)
+        done = done | (major & ~adds)
+        if z.device.type == "cpu" and bool(done.all()):
+            break
+    return z, done
+
+
+def with_trace_ridge(gram: torch.Tensor, reg_eps: float) -> torch.Tensor:
+    """G + reg_eps·tr(G)·I: TorchJD's ``regularize(normalize(G))`` = G/tr(G) + reg_eps·I up to
+    the scale, which the projection weights do not depend on. ``reg_eps`` = 0 returns G."""
+    if not reg_eps:
+        return gram
+    trace = torch.diagonal(gram, dim1=-2, dim2=-1).sum(-1)[..., None, None]
+    return gram + reg_eps * trace * torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
