@@ -4,7 +4,7 @@ For morl.backward, MT-SAC (actor and aggregated critic), the SB3 adapter's actor
 supervised adapter: with a loss weighting the per-task gradient routine is patched to raise,
 and the parameters after the update equal those of the explicit path (the same aggregator
 forced onto the [K, D] matrix: ``weights @ per-task gradients``), in float64 to 1e-10
-(measured: identical to ~1e-16; Adam's first step is ±lr per entry, so a wrong weight or a
+(measured worst |Δθ| over the 5 methods x 4 learners: 1.4e-16; Adam's first step is ±lr per entry, so a wrong weight or a
 missing task shows up as a full lr difference).
 """
 
