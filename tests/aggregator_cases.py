@@ -57,6 +57,7 @@ CASES: dict[str, Case] = {
     # PCGrad towards EMA target cosines; sign dropout per coordinate (the same U draws whatever
     # the row order); EMA of a base's weights (first call = the base); robust aggregation
     "gradvac": Case(linear=True, stochastic=True, stateful=True),
+    "graddrop": Case(permutation_invariant=True, linear=True, stochastic=True, stateful=True),
 }
 
 #: extra configurations checked beyond each name's row (name, options, case)

@@ -26,6 +26,7 @@ REGISTRY: dict[str, str] = {
     "nash_mtl": "morl.aggregators.nash_mtl:NashMTL",
     "fairgrad": "morl.aggregators.fairgrad:FairGrad",
     "gradvac": "morl.aggregators.gradvac:GradVac",
+    "graddrop": "morl.aggregators.graddrop:GradDrop",
 }
 
 
