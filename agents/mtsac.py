@@ -31,6 +31,7 @@ from torch.func import functional_call
 
 from agents.networks import TaskActor, TwinCriticEnsemble, squashed_sample
 from morl.aggregators.base import Aggregator
+from morl.aggregators.famo import FAMO
 from morl.aggregators.mean import Mean
 from morl.gradients import batched_task_grads
 
@@ -160,6 +161,12 @@ class MTSAC:
         eps_next = torch.randn(*obs.shape[:2], self.action_dim, device=self.device, generator=self.generator)
         critic_loss = self._critic_losses(obs, action, batch["reward"], next_obs, batch["terminated"], eps_next, alpha)
         ok = self._critic_step(critic_loss)
+        if isinstance(self.critic_aggregator, FAMO):
+            # FAMO's logit step (Alg. 1) compares the losses before and after the step on the
+            # SAME batch, as the authors' MT10 agent does: one more critic forward, no backward
+            with torch.no_grad():
+                after = self._critic_losses(obs, action, batch["reward"], next_obs, batch["terminated"], eps_next, alpha)
+            self.critic_aggregator.update(after)
         out["critic_loss"] = critic_loss.detach()
         if step % self.cfg.actor_update_freq == 0:
             ok = ok & self._actor_and_alpha_step(obs, alpha, out, diagnostics)

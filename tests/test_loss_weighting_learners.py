@@ -178,3 +178,23 @@ def test_gradnorm_still_takes_the_matrix_path(monkeypatch):
     model = torch.nn.Linear(3, 2)
     morl.backward(((model(torch.randn(4, 3))) ** 2).mean(0), list(model.parameters()), morl.build("gradnorm"))
     assert calls == [1]
+
+
+def test_mtsac_famo_critic_updates_its_logits_on_the_same_batch(float64):
+    """configs/mt10_famo.yaml's wiring: FAMO on the critics, its logit step from the critic losses
+    before and after the critic step on the same batch (Algorithm 1), as the authors' MT10 agent."""
+    cfg = MTSACConfig(hidden_sizes=[16, 16], batch_size=T * B, buffer_capacity=100, aggregate="none",
+                      aggregate_critic=True, actor_update_freq=2, target_update_freq=2)
+    agent = MTSAC(OBS_RAW + T, A, T, cfg, morl.build("famo", w_lr=0.1), "cpu", 0)
+    batch = _mtsac_batch(0)
+    eps_next = torch.randn(T, B, A, generator=agent.generator.clone_state())
+    alpha = agent.log_alpha.detach().exp()
+    out = agent.update(batch, 1)  # step 1: no actor/target update, so the losses below are the critic's alone
+    with torch.no_grad():
+        after = agent._critic_losses(batch["obs"], batch["action"], batch["reward"], batch["next_obs"],
+                                     batch["terminated"], eps_next, alpha)
+    reference = morl.build("famo", w_lr=0.1)
+    reference.loss_weights(out["critic_loss"])
+    reference.update(after)
+    assert float(reference.logits.abs().max()) > 1e-3
+    torch.testing.assert_close(agent.critic_aggregator.logits, reference.logits, rtol=TOL, atol=TOL)

@@ -17,7 +17,17 @@ MT10_CONFIGS = {
     "mt10_cagrad_moco.yaml": ("moco", False),
     "mt10_mgda.yaml": ("mgda", False),
     "mt10_epo_al.yaml": ("epo_al", False),
+    "mt10_famo.yaml": ("famo", False),
+    "mt10_nash_mtl.yaml": ("nash_mtl", False),
+    "mt10_upgrad.yaml": ("upgrad", False),
+    "mt10_imtl_g.yaml": ("imtl_g", False),
+    "mt10_aligned_mtl.yaml": ("aligned_mtl", False),
+    "mt10_famo.yaml": ("famo", False),
 }
+
+
+def test_every_mt10_config_is_checked():
+    assert sorted(p.name for p in CONFIGS.glob("mt10_*.yaml")) == sorted(MT10_CONFIGS)
 
 
 @pytest.mark.parametrize("name", sorted(MT10_CONFIGS))

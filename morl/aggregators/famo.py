@@ -24,6 +24,7 @@ import torch
 
 from morl.aggregators._adam import adam_step
 from morl.aggregators._checks import check_number
+from morl.aggregators.base import _all_finite
 from morl.aggregators.loss_weighting import LossWeighting
 
 OFFSET = 1e-8  # the authors' "+ 1e-8" inside the logs
@@ -70,7 +71,8 @@ class FAMO(LossWeighting):
         self._step_logits(losses_after)
 
     def _step_logits(self, after: torch.Tensor) -> None:
-        pending = self._flag("pending", after)
+        # non-finite "after" losses (a step that blew up) skip the update instead of poisoning ξ
+        pending = self._flag("pending", after) & _all_finite(after)
         xi = self._get("logits", after)
         delta = self._log_gap(self._get("prev", after)) - self._log_gap(after)
         z = torch.softmax(xi, dim=0)
