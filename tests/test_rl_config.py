@@ -17,7 +17,6 @@ MT10_CONFIGS = {
     "mt10_cagrad_moco.yaml": ("moco", False),
     "mt10_mgda.yaml": ("mgda", False),
     "mt10_epo_al.yaml": ("epo_al", False),
-    "mt10_famo.yaml": ("famo", False),
     "mt10_nash_mtl.yaml": ("nash_mtl", False),
     "mt10_upgrad.yaml": ("upgrad", False),
     "mt10_imtl_g.yaml": ("imtl_g", False),
