@@ -58,6 +58,8 @@ CASES: dict[str, Case] = {
     # the row order); EMA of a base's weights (first call = the base); robust aggregation
     "gradvac": Case(linear=True, stochastic=True, stateful=True),
     "graddrop": Case(permutation_invariant=True, linear=True, stochastic=True, stateful=True),
+    "krum": Case(linear=True),  # ties (K − f − 2 = 1: a mutual nearest pair) go to the lower index
+    "trimmed_mean": Case(permutation_invariant=True, linear=True),
 }
 
 #: extra configurations checked beyond each name's row (name, options, case)
@@ -68,6 +70,7 @@ EXTRA = [
     ("stch", {"ideal": "zero"}, Case(linear=True)),
     ("stch", {"warmup": 2}, Case(linear=True, stateful=True)),
     ("dwa", {"every": 2}, Case(linear=True, stateful=True)),
+    ("krum", {"score": "distance"}, Case(linear=True)),
 ]
 
 

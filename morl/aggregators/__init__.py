@@ -27,6 +27,8 @@ REGISTRY: dict[str, str] = {
     "fairgrad": "morl.aggregators.fairgrad:FairGrad",
     "gradvac": "morl.aggregators.gradvac:GradVac",
     "graddrop": "morl.aggregators.graddrop:GradDrop",
+    "krum": "morl.aggregators.krum:Krum",
+    "trimmed_mean": "morl.aggregators.trimmed_mean:TrimmedMean",
 }
 
 
