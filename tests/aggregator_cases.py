@@ -60,6 +60,7 @@ CASES: dict[str, Case] = {
     "graddrop": Case(permutation_invariant=True, linear=True, stochastic=True, stateful=True),
     "krum": Case(linear=True),  # ties (K − f − 2 = 1: a mutual nearest pair) go to the lower index
     "trimmed_mean": Case(permutation_invariant=True, linear=True),
+    "cr_mogm": Case(permutation_invariant=True, linear=True, stateful=True),
 }
 
 #: extra configurations checked beyond each name's row (name, options, case)
@@ -71,6 +72,8 @@ EXTRA = [
     ("stch", {"warmup": 2}, Case(linear=True, stateful=True)),
     ("dwa", {"every": 2}, Case(linear=True, stateful=True)),
     ("krum", {"score": "distance"}, Case(linear=True)),
+    ("cr_mogm", {"base": "pcgrad"}, Case(linear=True, stochastic=True, stateful=True)),
+    ("cr_mogm", {"base": "cagrad", "alpha": 0.5}, Case(permutation_invariant=True, linear=True, stateful=True)),
 ]
 
 

@@ -29,6 +29,7 @@ REGISTRY: dict[str, str] = {
     "graddrop": "morl.aggregators.graddrop:GradDrop",
     "krum": "morl.aggregators.krum:Krum",
     "trimmed_mean": "morl.aggregators.trimmed_mean:TrimmedMean",
+    "cr_mogm": "morl.aggregators.cr_mogm:CRMOGM",
 }
 
 

@@ -75,6 +75,9 @@ class MoCo(Aggregator):
     ``base_options`` (an aggregator name from the registry applied to Y instead of λ).
     """
 
+    #: d is λ·Y (tracked gradients), not ``weights @ grads``: no CR-MOGM around it
+    direction_is_weighted = False
+
     def __init__(
         self,
         preset: str | None = None,
