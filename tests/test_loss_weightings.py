@@ -339,3 +339,21 @@ def test_weighted_loss_non_finite_policies(name):
             assert torch.equal(after[key], value), key
     meta = build(name, check_finite="skip").weighted_loss(torch.empty(4, device="meta"))
     assert meta.device.type == "meta"
+
+
+@pytest.mark.parametrize("seed", SEEDS[:5])
+def test_famo_per_task_min_losses_match_set_min_losses(seed):
+    gen = torch.Generator().manual_seed(seed)
+    k = 3
+    low = [0.1, 0.05 * seed, 0.15]
+    ref, agg = _FAMOReference(k), build("famo", min_losses=low)
+    ref.min_losses = torch.tensor(low, dtype=torch.float64)  # the authors' set_min_losses
+    for before, after in zip(_losses(gen, k, STEPS), _losses(gen, k, STEPS)):
+        _close(agg.loss_weights(before), ref.weights(before))
+        agg.update(after)
+        ref.update(after)
+    _close(agg.logits, ref.w.detach())
+    with pytest.raises(ValueError, match="min_losses has 3 entries for K=2"):
+        build("famo", min_losses=low).loss_weights(torch.ones(2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="min_losses"):
+        build("famo", min_losses=[0.0, float("nan")])

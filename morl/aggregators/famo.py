@@ -34,28 +34,43 @@ class FAMO(LossWeighting):
     """FAMO loss weighting; see the module docstring.
 
     Options: ``w_lr`` (0.025), ``gamma`` (0.001) weight decay of the logits, ``min_losses``
-    (0.0) the offset ℓ (a float for every task; losses must stay above it: D is floored at
-    1e-8, where the weight saturates). State: ``logits``, Adam's ``m``, ``v``, ``step``,
+    (0.0) the offset ℓ: one float for every task or K floats (the authors' ``set_min_losses``,
+    e.g. known lower bounds of the losses); losses must stay above it (D is floored at 1e-8,
+    where the weight saturates). State: ``logits``, Adam's ``m``, ``v``, ``step``,
     ``prev`` (the losses of the last call) and ``pending`` (its ξ update is still due).
     """
 
     _STATE = ("logits", "m", "v", "step", "prev", "pending")
 
-    def __init__(self, w_lr: float = 0.025, gamma: float = 0.001, min_losses: float = 0.0,
+    def __init__(self, w_lr: float = 0.025, gamma: float = 0.001, min_losses: float | list[float] = 0.0,
                  check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
         check_number("FAMO", "w_lr", w_lr)
         check_number("FAMO", "gamma", gamma)
-        check_number("FAMO", "min_losses", min_losses, low=-float("inf"))
-        self.w_lr, self.gamma, self.min_losses = float(w_lr), float(gamma), float(min_losses)
+        per_task = isinstance(min_losses, (list, tuple))
+        for value in (min_losses if per_task else [min_losses]):
+            check_number("FAMO", "min_losses", value, low=-float("inf"))
+        self.w_lr, self.gamma = float(w_lr), float(gamma)
+        self.min_losses = tuple(float(v) for v in min_losses) if per_task else float(min_losses)
+        self._offsets: dict[tuple, torch.Tensor] = {}  # per device/dtype: no host->device copy per call
+
+    def _offset(self, losses: torch.Tensor) -> torch.Tensor | float:
+        if isinstance(self.min_losses, float):
+            return self.min_losses
+        if len(self.min_losses) != losses.shape[0]:
+            raise ValueError(f"FAMO option min_losses has {len(self.min_losses)} entries for K={losses.shape[0]} losses")
+        key = (losses.device, losses.dtype)
+        if key not in self._offsets:
+            self._offsets[key] = torch.tensor(self.min_losses, dtype=losses.dtype, device=losses.device)
+        return self._offsets[key]
 
     def _log_gap(self, losses: torch.Tensor) -> torch.Tensor:
-        return torch.log((losses - self.min_losses + OFFSET).clamp_min(OFFSET))
+        return torch.log((losses - self._offset(losses) + OFFSET).clamp_min(OFFSET))
 
     def loss_weights(self, losses: torch.Tensor) -> torch.Tensor:
         self._step_logits(losses)  # the previous call's update, unless update() did it
         z = torch.softmax(self._get("logits", losses), dim=0)
-        gap = (losses - self.min_losses + OFFSET).clamp_min(OFFSET)
+        gap = (losses - self._offset(losses) + OFFSET).clamp_min(OFFSET)
         inv = z / gap
         self.prev = losses
         self.pending = torch.ones((), dtype=torch.bool, device=losses.device)
@@ -84,4 +99,4 @@ class FAMO(LossWeighting):
         self.pending = torch.zeros((), dtype=torch.bool, device=after.device)
 
     def __repr__(self) -> str:
-        return f"FAMO(w_lr={self.w_lr:g}, gamma={self.gamma:g}, min_losses={self.min_losses:g})"
+        return f"FAMO(w_lr={self.w_lr:g}, gamma={self.gamma:g}, min_losses={self.min_losses})"
