@@ -54,6 +54,13 @@ CASES: dict[str, Case] = {
     # (× max‖g_k‖) do not fit permutation invariance: it is checked relative to ‖d‖ there.
     "nash_mtl": Case(non_conflicting=True, stateful=True),
     "fairgrad": Case(non_conflicting=True),
+    # stochastic weight updates on J₁J₂ᵀ (tests/test_sdmgrad_modo.py): λ/w start uniform and
+    # persist. SDMGrad steps on A / (mean row norm)², so its weights do not depend on the scale;
+    # MoDo steps on the raw A (γ must suit the scale), so it is not linear. SDMGrad is
+    # permutation invariant in exact arithmetic, but its 20 steps of η = 10 amplify the float32
+    # rounding of A (measured 8e-4 relative in d): checked in float64 in its test file
+    "sdmgrad": Case(linear=True, stateful=True),
+    "modo": Case(permutation_invariant=True, stateful=True),
     # PCGrad towards EMA target cosines; sign dropout per coordinate (the same U draws whatever
     # the row order); EMA of a base's weights (first call = the base); robust aggregation
     "gradvac": Case(linear=True, stochastic=True, stateful=True),

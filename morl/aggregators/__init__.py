@@ -25,6 +25,8 @@ REGISTRY: dict[str, str] = {
     "stch": "morl.aggregators.stch:STCH",
     "nash_mtl": "morl.aggregators.nash_mtl:NashMTL",
     "fairgrad": "morl.aggregators.fairgrad:FairGrad",
+    "sdmgrad": "morl.aggregators.sdmgrad:SDMGrad",
+    "modo": "morl.aggregators.modo:MoDo",
     "gradvac": "morl.aggregators.gradvac:GradVac",
     "graddrop": "morl.aggregators.graddrop:GradDrop",
     "krum": "morl.aggregators.krum:Krum",
