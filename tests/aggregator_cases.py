@@ -61,6 +61,9 @@ CASES: dict[str, Case] = {
     # rounding of A (measured 8e-4 relative in d): checked in float64 in its test file
     "sdmgrad": Case(linear=True, stateful=True),
     "modo": Case(permutation_invariant=True, stateful=True),
+    # random loss weighting (tests/test_rlw.py): weights drawn independently of J, so linear;
+    # a different draw per row position, so not permutation invariant; the generator advances
+    "rlw": Case(linear=True, stochastic=True, stateful=True),
     # PCGrad towards EMA target cosines; sign dropout per coordinate (the same U draws whatever
     # the row order); EMA of a base's weights (first call = the base); robust aggregation
     "gradvac": Case(linear=True, stochastic=True, stateful=True),

@@ -27,6 +27,7 @@ REGISTRY: dict[str, str] = {
     "fairgrad": "morl.aggregators.fairgrad:FairGrad",
     "sdmgrad": "morl.aggregators.sdmgrad:SDMGrad",
     "modo": "morl.aggregators.modo:MoDo",
+    "rlw": "morl.aggregators.rlw:RLW",
     "gradvac": "morl.aggregators.gradvac:GradVac",
     "graddrop": "morl.aggregators.graddrop:GradDrop",
     "krum": "morl.aggregators.krum:Krum",
