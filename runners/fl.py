@@ -61,10 +61,11 @@ class MostConfig:
 
 @dataclass
 class StrategyConfig:
-    name: Literal["fedavg", "fedprox", "fedmgda", "mgda", "linearization", "most"] = "fedavg"
+    name: Literal["fedavg", "fedprox", "fedmgda", "mgda", "linearization", "most", "krum", "trimmed_mean"] = "fedavg"
     num_models: int = 5
     prox_mu: float = 0.01  #: fedprox
     fedmgda_eps: float = 0.5  #: fedmgda
+    n_byzantine: int = 0  #: krum (f) / trimmed_mean (trim): clients whose updates may be arbitrary
     most: MostConfig = field(default_factory=MostConfig)
 
 
@@ -145,6 +146,8 @@ def build_strategy(cfg: FLConfig, num_clients: int):
         return S.MGDA()
     if s.name == "linearization":
         return S.Linearization(s.num_models, num_clients, cfg.train.seed)
+    if s.name in ("krum", "trimmed_mean"):
+        return S.Robust(s.name, s.n_byzantine, num_clients)
     mc = s.most
     curriculum = CurriculumSchedule(mc.curriculum_direction, decay=mc.curriculum_decay, topk_ratio=mc.topk_ratio) if mc.curriculum else None
     most = MosT(s.num_models, tau=mc.tau, solver=mc.solver, gamma_scale=mc.gamma_scale, update=mc.update, curriculum=curriculum)

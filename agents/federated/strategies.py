@@ -9,6 +9,8 @@ the MosT paper) and subtracts the returned update: ``θ_j ← θ_j − update_j`
   ``|λ_i − 1/n| ≤ ε`` (Δ̂ = unit-norm deltas), update ``Σ λ_i Δ_i``.
 * ``mgda``: MGDA over all clients (min-norm λ on the simplex, raw deltas), one run per model.
 * ``linearization``: fixed random simplex weights per (model, client).
+* ``krum`` / ``trimmed_mean``: the morl robust aggregator over each model's n client deltas,
+  for up to ``n_byzantine`` arbitrary clients (Blanchard et al. 2017; Yin et al. 2018).
 * ``most``: MosT — Γ from :meth:`morl.most.MosT.assign` on the ``[m, n]`` losses, then the
   Γ-weighted MGDA direction per model (:meth:`morl.most.MosT.directions`); FedAvg for the
   first ``warmup_rounds`` rounds (as in the official code). ``combine="linear"`` is the
@@ -28,7 +30,7 @@ import torch
 from morl.most import MosT
 from morl.solvers.min_norm import min_norm
 
-NAMES = ("fedavg", "fedprox", "fedmgda", "mgda", "linearization", "most")
+NAMES = ("fedavg", "fedprox", "fedmgda", "mgda", "linearization", "most", "krum", "trimmed_mean")
 
 
 def _sample_weights(sizes: torch.Tensor, dtype) -> torch.Tensor:
@@ -120,6 +122,25 @@ class Linearization(FedAvg):
 
     def aggregate(self, deltas, losses, sizes):
         return torch.einsum("ji,jip->jp", self.weights.to(deltas), deltas)
+
+
+class Robust(FedAvg):
+    """Krum or the trimmed mean (``morl.aggregators``) over the n deltas of each model. Sample
+    counts are not used: a Byzantine client could report any count."""
+
+    OPTION = {"krum": "n_byzantine", "trimmed_mean": "trim"}
+
+    def __init__(self, name: str, n_byzantine: int, num_clients: int) -> None:
+        from morl.aggregators import build
+
+        need = 2 * n_byzantine + (3 if name == "krum" and n_byzantine else 1)
+        if num_clients < need:
+            raise ValueError(f"{name} with n_byzantine={n_byzantine} needs at least {need} clients, got {num_clients}")
+        self.name = name
+        self.aggregator = build(name, **{self.OPTION[name]: n_byzantine})
+
+    def aggregate(self, deltas, losses, sizes):
+        return torch.stack([self.aggregator(d) for d in deltas])  # a loop over the m models
 
 
 class MosTStrategy(FedAvg):
