@@ -53,7 +53,7 @@ class CRMOGM(Aggregator):
             # calls == 0 after a skipped first call (the skip policy put the zeros back): λ_0 = λ̂_1
             lam = torch.where(self.calls > 0, self.alpha * prev + (1.0 - self.alpha) * lam_hat, lam_hat)
             calls = self.calls + 1
-        self.lam, self.calls = lam, calls
+        self.lam, self.calls = lam.detach(), calls  # d keeps the graph; the state must not
         self.weights = lam
         return lam @ grads
 

@@ -71,7 +71,7 @@ class GradVac(PCGrad):
             coef = coef.index_put((rows, j), coef[rows, j] + step)
             own = torch.where(fix, own * (sin * sin) * (target * target + sin_t * sin_t) / (sin_t * sin_t), own)
             targets = targets.index_put((rows, j), (1.0 - self.beta) * target + self.beta * phi)
-        self.targets = targets
+        self.targets = targets.detach()  # state must not hold the autograd graph of past calls
         w = coef.sum(0)
         return w / k if self.reduction == "mean" else w
 
