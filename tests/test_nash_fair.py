@@ -89,8 +89,8 @@ def test_nash_weights_match_the_authors_ccp(k):
 
 
 def test_nash_fixed_point_and_bargaining_properties():
-    """α_k (Gα)_k = 1 (Claim 3.1) to 1e-8 on full-rank Jacobians over 5 seeds and K up to 40,
-    both dtypes; hence g_k·d = 1/α_k > 0 and ‖d‖² = αᵀGα = K before clipping; with the default
+    """α_k (Gα)_k = 1 (the bargaining solution, Sec. 3) on full-rank Jacobians over 5 seeds and
+    K up to 40, both dtypes; hence g_k·d = 1/α_k > 0 and ‖d‖² = αᵀGα = K before clipping; with the default
     max_norm = 1 the direction has norm 1 (√K > 1). Measured worst residual 5.2e-9 (float64
     input; the solver stops at tol = 1e-8 on the ridged G, bound 2e-8) and 5.9e-6 (float32
     input, whose Gramian is formed in float32; bound 1e-4)."""

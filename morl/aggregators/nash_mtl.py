@@ -1,7 +1,7 @@
 """Nash-MTL (Navon et al., "Multi-Task Learning as a Bargaining Game", ICML 2022, arXiv 2202.01017).
 
 The update is the Nash bargaining solution of the K tasks over directions in a ball: by the
-paper's Claim 3.1 / eq. (2) it is d = Σ_k α_k g_k with α > 0 solving
+paper's Sec. 3 it is d = Σ_k α_k g_k with α > 0 solving
 
     G α = 1/α      (elementwise; G = J Jᵀ),
 

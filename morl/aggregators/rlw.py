@@ -1,5 +1,5 @@
-"""Random loss weighting (Lin, Ye, Xu, Shi, Zhang, Kwok, "Reasonable Effectiveness of Random
-Weighting: A Litmus Test for Multi-Task Learning", TMLR 2022, arXiv 2111.10603).
+"""Random loss weighting (Lin, Ye, Zhang, Tsang, "Reasonable Effectiveness of Random Weighting:
+A Litmus Test for Multi-Task Learning", TMLR 2022, arXiv 2111.10603).
 
 Every step draws fresh weights w = f(z), z ~ p, independent of the losses and gradients, and
 descends Σ_k w_k L_k (RLW; on a [K, D] matrix the same w gives Σ_k w_k g_k). The default is the

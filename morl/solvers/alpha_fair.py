@@ -1,7 +1,7 @@
 """α-fair weights: w > 0 with G w = w^(−1/a), from the K×K Gramian (Nash-MTL: a = 1; FairGrad).
 
-The bargaining / α-fair condition (Navon et al., ICML 2022, arXiv 2202.01017, eq. (2) /
-Claim 3.1 for a = 1; Ban & Ji, ICML 2024, arXiv 2402.15638, eq. (4)) is the stationarity
+The bargaining / α-fair condition (a = 1: Navon et al., ICML 2022, arXiv 2202.01017, Sec. 3,
+the Nash bargaining solution; Ban & Ji, ICML 2024, arXiv 2402.15638, eq. (4)) is the stationarity
 condition of the strictly convex potential
 
     f(w) = ½ wᵀGw − Σ_i h(w_i),   h'(w) = w^(−1/a)   (h = log for a = 1),
