@@ -192,3 +192,12 @@ def test_double_sampling_shapes_and_state_are_checked(name):
     assert agg(torch.eye(4, dtype=torch.float64)).shape == (4,)
     with pytest.raises(ValueError, match="gamma|lr"):
         build(name, **({"gamma": 0.0} if name == "modo" else {"lr": 0.0}))
+
+
+@pytest.mark.parametrize("name", ["sdmgrad", "modo"])
+def test_double_sampling_is_refused_as_a_weighting_base(name):
+    """CR-MOGM averages ``weights`` and applies them to grads: with two stacked samples the
+    direction is not weights @ grads ([K] weights, [2K, D] rows), so the base is refused."""
+    with pytest.raises(ValueError, match="weights @ grads"):
+        build("cr_mogm", base=name, base_options={"double_sampling": True})
+    build("cr_mogm", base=name)  # one sample: d = weights @ grads

@@ -37,6 +37,8 @@ class MoDo(Aggregator):
         check_choice("MoDo", "double_sampling", double_sampling, (True, False))
         self.gamma, self.rho = float(gamma), float(rho)
         self.double_sampling = bool(double_sampling)
+        # with two samples d is ½[w, w]·[J₁; J₂], not weights @ grads: wrappers (CR-MOGM) refuse it
+        self.direction_is_weighted = not self.double_sampling
         self.register_buffer("lam", None)
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:

@@ -65,6 +65,8 @@ class SDMGrad(Aggregator):
         self.lam, self.lr, self.momentum = float(lam), float(lr), float(momentum)
         self.n_steps = n_steps
         self.double_sampling = bool(double_sampling)
+        # with two samples d is ½[w, w]·[J₁; J₂], not weights @ grads: wrappers (CR-MOGM) refuse it
+        self.direction_is_weighted = not self.double_sampling
         self.register_buffer("w", None)
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
