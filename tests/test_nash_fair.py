@@ -39,23 +39,30 @@ def _weights(name, j, **options):
 
 
 # -- Nash-MTL -------------------------------------------------------------------------------------
-def authors_nash(gram: np.ndarray, optim_niter: int = 20) -> np.ndarray:
-    """nash-mtl's ``solve_optimization`` (Alg. 1): linearise φ(α) = Σ log α_i + log (Gα)_i at
-    the previous α, solve min Σ(Gα)_i + φ'(α_t)ᵀ(α − α_t)/nf s.t. α_i (Gα)_i nf ≥ 1 on
-    G/‖G‖_F, stop on their three criteria. A failed or unbounded subproblem returns α_t."""
+def ccp_step(gram: np.ndarray, alpha_t: np.ndarray) -> np.ndarray:
+    """One subproblem of the authors' concave-convex procedure: linearise
+    φ(α) = Σ log α_i + log (Gα)_i at ``alpha_t`` and solve min Σ(Gα)_i + φ'(α_t)ᵀ(α − α_t)/nf
+    s.t. α_i (Gα)_i nf ≥ 1 on G/‖G‖_F (nf = ‖G‖_F), with Clarabel in place of ECOS."""
     k = gram.shape[0]
     nf = np.linalg.norm(gram)
     gn = gram / nf
-    alpha_t = np.ones(k)
+    a = cp.Variable(k, nonneg=True)
+    phi_tag = 1 / alpha_t + (1 / (gn @ alpha_t)) @ gn
+    ga = gn @ a
+    constraints = [-cp.log(a[i] * nf) - cp.log(ga[i]) <= 0 for i in range(k)]
+    cp.Problem(cp.Minimize(cp.sum(ga) + phi_tag @ (a - alpha_t) / nf), constraints).solve(solver=cp.CLARABEL)
+    return a.value
+
+
+def authors_nash(gram: np.ndarray, optim_niter: int = 20) -> np.ndarray:
+    """nash-mtl's ``solve_optimization`` (Alg. 1): from α = 1, solve :func:`ccp_step` at the
+    previous α, stop on their three criteria (no solution, ‖Gα/‖G‖_F − 1/α‖ < 1e-3,
+    ‖Δα‖ < 1e-6). A failed or unbounded subproblem returns the previous α."""
+    gn = gram / np.linalg.norm(gram)
+    alpha_t = np.ones(gram.shape[0])
     for _ in range(optim_niter):
-        a = cp.Variable(k, nonneg=True)
-        phi_tag = 1 / alpha_t + (1 / (gn @ alpha_t)) @ gn
-        ga = gn @ a
-        constraints = [-cp.log(a[i] * nf) - cp.log(ga[i]) <= 0 for i in range(k)]
-        problem = cp.Problem(cp.Minimize(cp.sum(ga) + phi_tag @ (a - alpha_t) / nf), constraints)
         try:
-            problem.solve(solver=cp.CLARABEL)
-            value = a.value
+            value = ccp_step(gram, alpha_t)
         except cp.SolverError:
             value = alpha_t
         if value is None or np.linalg.norm(gn @ alpha_t - 1 / (alpha_t + 1e-10)) < 1e-3 or np.linalg.norm(value - alpha_t) < 1e-6:
@@ -86,6 +93,18 @@ def test_nash_weights_match_the_authors_ccp(k):
         else:
             assert np.array_equal(ref, np.ones(k)) and (gram.sum(1) < 0).any(), seed
     assert compared >= 5
+
+
+@pytest.mark.parametrize("k", [2, 3, 5, 10])
+def test_nash_weights_are_a_fixed_point_of_the_authors_ccp(k):
+    """Our α, linearised at, is returned by the authors' convex subproblem: the Newton solve and
+    the CCP share the fixed point, also on the draw where the CCP from α = 1 fails. Measured
+    ≤ 1.6e-7 relative over seeds 0..5 (Clarabel's tolerance); bound 2e-6."""
+    for seed in range(6):
+        j = _jacobian(seed, k, 2 * k + 3)
+        ours = _weights("nash_mtl", j, max_norm=0.0)[0].numpy()
+        step = ccp_step((j @ j.T).numpy(), ours)
+        assert np.abs(step - ours).max() <= 2e-6 * np.abs(ours).max(), seed
 
 
 def test_nash_fixed_point_and_bargaining_properties():
