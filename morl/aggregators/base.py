@@ -92,6 +92,8 @@ class Aggregator(torch.nn.Module):
             ok = ok & _all_finite(direction)
             self._keep_state_unless(ok, before)
             direction = torch.where(ok, direction, torch.zeros((), dtype=direction.dtype, device=direction.device))
+            if self.weights is not None:  # the step taken is 0: so are the weights reported
+                self.weights = torch.where(ok, self.weights, torch.zeros((), dtype=self.weights.dtype, device=self.weights.device))
             self.nonfinite_steps = _bump(self.nonfinite_steps, ~ok)
             return direction
         direction = self.aggregate(grads, losses)

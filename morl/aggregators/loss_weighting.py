@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from morl.aggregators.base import Aggregator, _all_finite, _bump
+from morl.aggregators.base import Aggregator
 
 
 class LossWeighting(Aggregator):
@@ -54,35 +54,17 @@ class LossWeighting(Aggregator):
     def weighted_loss(self, losses: torch.Tensor) -> torch.Tensor:
         """Σ_k w_k L_k with this step's weights detached: its backward is ``weights @ J``.
 
-        Applies the same ``check_finite`` policy as a call: ``"raise"`` names the first
-        non-finite loss; ``"skip"`` zeroes the weights (the loss is then 0·L, whose gradient
-        is NaN only where ∇L is, which a guarded optimizer step refuses), keeps every buffer
-        as it was and counts the call in ``nonfinite_steps``. Forward hooks do not see it.
+        The weights come from a call on the K×K identity (w @ I = w), so the one non-finite
+        policy of :class:`Aggregator` applies unchanged: ``"raise"`` names the first non-finite
+        loss; ``"skip"`` zeroes the weights (the loss is then 0·L, whose gradient is NaN only
+        where ∇L is, which a guarded optimizer step refuses), keeps every buffer as it was and
+        counts the call in ``nonfinite_steps``; forward hooks see the call.
         """
         if not isinstance(losses, torch.Tensor) or losses.dim() != 1 or losses.shape[0] < 1:
             raise ValueError(f"losses must be a [K] tensor with K >= 1, got {getattr(losses, 'shape', type(losses).__name__)}")
-        detached = losses.detach()
-        if self.check_finite == "skip":
-            before = self._state_buffers()
-            w = self.loss_weights(detached)
-            ok = _all_finite(detached) & _all_finite(w)
-            self._keep_state_unless(ok, before)
-            w = torch.where(ok, w, torch.zeros((), dtype=w.dtype, device=w.device))
-            self.nonfinite_steps = _bump(self.nonfinite_steps, ~ok)
-        else:
-            if self.check_finite == "raise":
-                self._raise_on_nonfinite(detached)
-            w = self.loss_weights(detached)
-            if self.check_finite == "raise" and not bool(_all_finite(w)):
-                raise ValueError(f"{type(self).__name__} produced non-finite weights from finite losses")
-        self.weights = w
-        return (w.to(losses.dtype) * losses).sum()
-
-    def _raise_on_nonfinite(self, losses: torch.Tensor) -> None:
-        bad = ~torch.isfinite(losses)
-        if bool(bad.any()):
-            k = int(bad.nonzero()[0, 0])
-            raise ValueError(f"objective {k} has a non-finite (NaN/inf) loss; all {losses.shape[0]} objectives must be finite")
+        eye = torch.eye(losses.shape[0], dtype=losses.dtype, device=losses.device)
+        w = self(eye, losses.detach())
+        return (w.detach() * losses).sum()
 
     # -- state ---------------------------------------------------------------------------------
     def _start(self, name: str, like: torch.Tensor) -> torch.Tensor:
