@@ -20,7 +20,7 @@ def objectives(grads: torch.Tensor, double_sampling: bool, owner: str) -> int:
     if not double_sampling:
         return grads.shape[0]
     if grads.shape[0] % 2:
-        raise ValueError(f"{owner} with double_sampling=True needs grads [2K, D] (two samples stacked), got {grads.shape[0]} rows")
+        raise ValueError(f"{owner} with double_sampling=True needs grads [2K, D] (two samples), got {grads.shape[0]} rows")
     return grads.shape[0] // 2
 
 
