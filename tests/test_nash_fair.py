@@ -24,6 +24,7 @@ from scipy.optimize import least_squares
 
 from jacobians import cases, stationary
 from morl.aggregators import build
+from morl.solvers.alpha_fair import alpha_fair_solve
 
 
 def _jacobian(seed, k, d, shared=0.3, dtype=torch.float64):
@@ -240,3 +241,22 @@ def test_bad_options_are_refused():
                           ("fairgrad", {"alpha": -1.0}), ("fairgrad", {"max_iter": 0})]:
         with pytest.raises(ValueError, match=next(iter(options))):
             build(name, **options)
+
+
+def test_unconverged_solves_are_counted_and_the_solver_batches():
+    """One Newton step does not reach tol = 1e-8 on a 10-task Jacobian: counted in
+    ``not_converged`` (a device counter), the default budget is not; the solver takes a batch
+    of Gramians [B, K, K] and returns what it returns for each one alone."""
+    j = _jacobian(0, 10, 17)
+    agg = build("nash_mtl", max_iter=1)
+    agg(j)
+    assert int(agg.stats["not_converged"]) == 1
+    agg = build("nash_mtl")
+    agg(j)
+    assert int(agg.stats["not_converged"]) == 0
+    grams = torch.stack([(x @ x.T) for x in (_jacobian(s, 4, 9) for s in range(3))])
+    for a in (1.0, 2.0):
+        w, converged, stationary = alpha_fair_solve(grams, a)
+        assert converged.all() and not stationary.any()
+        for b in range(3):
+            assert torch.allclose(w[b], alpha_fair_solve(grams[b], a)[0], rtol=1e-9)
