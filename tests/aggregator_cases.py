@@ -77,6 +77,9 @@ CASES: dict[str, Case] = {
 EXTRA = [
     ("cagrad", {"c": 1.0}, Case(non_conflicting=True, stationary_zero=True, permutation_invariant=True, linear=True)),
     ("moco", {"base": "pcgrad"}, Case(stateful=True, stochastic=True)),
+    ("fairgrad", {"alpha": 2.0}, Case(non_conflicting=True)),
+    ("nash_mtl", {"max_norm": 0.0, "update_weights_every": 2}, Case(stateful=True)),  # reused α may conflict
+    ("rlw", {"distribution": "bernoulli"}, Case(linear=True, stochastic=True, stateful=True)),
     ("stch", {"ideal": "min"}, Case(linear=True, stateful=True)),
     ("stch", {"ideal": "zero"}, Case(linear=True)),
     ("stch", {"warmup": 2}, Case(linear=True, stateful=True)),
