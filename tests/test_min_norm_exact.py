@@ -3,9 +3,9 @@
 Reference: for a positive definite G the minimiser of λᵀGλ on the simplex restricted to a
 support S is G_S⁻¹1 / 1ᵀG_S⁻¹1 (stationarity with one multiplier for Σλ = 1); the optimum is the
 best candidate that is feasible (λ ≥ 0). Enumerating all 2^K − 1 supports in numpy float64 is
-exact and shares nothing with the solver (its closed form, support enumeration in torch,
-FISTA + Wolfe steps for K > 10). Batches [B, K, K] check that every leading-dim axis is
-handled; K = 11 exercises the iterative path; ρ the MoCo regulariser ½ρ‖λ‖².
+exact and shares nothing with the solver (its closed form, support enumeration in torch for
+K ≤ 6, active-set start + Wolfe steps above). Batches [B, K, K] check that every leading-dim
+axis is handled; K = 8 and 11 exercise the active-set path; ρ the MoCo regulariser ½ρ‖λ‖².
 """
 
 import itertools
@@ -40,7 +40,7 @@ def random_grams(batch: int, k: int, seed: int, shift: float = 0.0) -> torch.Ten
     return g @ g.transpose(-2, -1)
 
 
-@pytest.mark.parametrize("k", [2, 3, 5, 11])
+@pytest.mark.parametrize("k", [2, 3, 5, 8, 11])
 @pytest.mark.parametrize("rho", [0.0, 0.3])
 def test_batched_min_norm_equals_support_enumeration(k, rho):
     grams = random_grams(3, k, seed=k, shift=2.0)

@@ -8,9 +8,11 @@ mean gradient g0. Dual over the simplex (what the reference code solves):
 
 then divided by 1 (rescale=0), 1 + c² (rescale=1, the reference default) or 1 + c (rescale=2).
 Only inner products enter, so the dual is solved on the K×K Gramian, in torch, with no scipy
-and no host sync: exactly by support enumeration for K ≤ ``EXACT_MAX_K`` (one batched solve,
-:func:`cagrad_dual_exact`), above that by accelerated projected gradient with a masked line
-search (:func:`cagrad_dual_weights`) followed by the exact solve on the support it found.
+and no host sync: exactly by support enumeration for K ≤ ``ENUMERATE_MAX_K`` (one batched
+solve, :func:`cagrad_dual_exact`). Above that (:func:`cagrad_dual_weights`) the stationary
+point on all K rows, re-solved after dropping negative weights, is kept when its Frank–Wolfe
+gap is within ``tol`` (the common case: two small solves); otherwise accelerated projected
+gradient with a masked line search runs, followed by the exact solve on the support it found.
 
 Near a Pareto-stationary point g_w* → 0 and its direction is rounding noise, so the dual's d
 can be worse than simple primal-feasible points. :func:`primal_weights` therefore also scores
@@ -26,7 +28,7 @@ from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators._warm_start import WarmStartSolver
 from morl.aggregators.base import GramianAggregator
 from morl.solvers.gramian import gram_scale
-from morl.solvers.min_norm import EXACT_MAX_K, equilibrate, restricted, ridge_for, support_masks
+from morl.solvers.min_norm import ENUMERATE_MAX_K, RIDGE, equilibrate, restricted, ridge_for, support_masks
 from morl.solvers.simplex_descent import fw_gap, minimize_on_simplex
 
 RESCALES = (0, 1, 2)
@@ -35,8 +37,12 @@ EPS = 1e-12
 
 
 def _dual_terms(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(G in float64, b = G1/K = [g_k·g0], r = c‖g0‖ [..., 1])``."""
+    """``(G in float64, b = G1/K = [g_k·g0], r = c‖g0‖ [..., 1])``, G divided by its largest
+    diagonal entry: below gram_scale's threshold (~1e-19) its input is not normalised, and
+    absolute tolerances would then decide the solve (the dual is homogeneous in G)."""
     g = gram.to(torch.float64)
+    top = torch.diagonal(g, dim1=-2, dim2=-1).amax(-1, keepdim=True).unsqueeze(-1)
+    g = g / torch.where(top > 0, top, torch.ones_like(top))
     b = g.mean(-1)
     return g, b, c * torch.sqrt(b.mean(-1, keepdim=True).clamp(min=0.0))
 
@@ -60,7 +66,6 @@ def cagrad_dual_solve(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`cagrad_dual_weights` plus ``converged`` [...]: False when ``max_iter`` ran out
     before the gap reached ``tol`` and the exact solve on the support found did not close it."""
-    k = gram.shape[-1]
     g, b, r = _dual_terms(gram, c)
 
     def fun(w):
@@ -68,9 +73,19 @@ def cagrad_dual_solve(
         norm = torch.sqrt((w * gw).sum(-1, keepdim=True).clamp(min=0.0) + EPS)
         return (w * b).sum(-1) + (r * norm).squeeze(-1), b + r * gw / norm
 
-    w0 = torch.full(g.shape[:-1], 1.0 / k, dtype=g.dtype, device=g.device) if init is None else init.to(g)
+    scale = b.abs().amax(-1) + r.squeeze(-1) + EPS  # the gap's units
+    if init is None:  # the active-set start is often already optimal: then no FISTA at all
+        w_as = _dropped_negatives_start(g, b, r, RIDGE)  # float64-tight: the gap check decides
+        done_as = fw_gap(w_as, _exact_gradient(g, b, r, w_as)) <= tol * scale
+        if g.device.type == "cpu" and bool(done_as.all()):  # reading a flag is free on CPU
+            return primal_weights(g, b, r, w_as, c, gram.dtype), w_as, done_as
+    # Not from w_as: where FISTA stops at max_iter, a start that depends on the support found
+    # would make the answer jump with rounding (d(aJ) ≠ a·d(J) on ill-conditioned Gramians).
+    w0 = torch.full_like(b, 1.0 / b.shape[-1]) if init is None else init.to(g)
     step0 = 1.0 / (torch.diagonal(g, dim1=-2, dim2=-1).sum(-1) * (1.0 + c) + EPS)
     w, converged = minimize_on_simplex(fun, w0, step0, max_iter=max_iter, tol=tol, return_converged=True)
+    if init is None:
+        w, converged = torch.where(done_as.unsqueeze(-1), w_as, w), converged | done_as
     # The exact solve on the support FISTA found; kept only where it is feasible and better.
     support = (w > 1e-6 * w.amax(-1, keepdim=True)).to(g.dtype)
     w_s, feasible = _support_candidates(g, b, r, support.unsqueeze(-2), ridge_for(gram.dtype))
@@ -78,17 +93,39 @@ def cagrad_dual_solve(
     better = feasible.squeeze(-1) & (dual_objective(g, b, r.squeeze(-1), w_s) <= dual_objective(g, b, r.squeeze(-1), w))
     w = torch.where(better.unsqueeze(-1), w_s, w)
     gap = fw_gap(w, fun(w)[1])
-    converged = converged | (gap <= tol * (b.abs().amax(-1) + r.squeeze(-1) + EPS))
+    converged = converged | (gap <= tol * scale)
     return primal_weights(g, b, r, w, c, gram.dtype), w, converged
 
 
-def _support_candidates(g, b, r, m, ridge) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dual stationary points on the supports ``m`` ([S, K] or [..., S, K]): ``(w, feasible)``.
+def _exact_gradient(g, b, r, w) -> torch.Tensor:
+    """∇ of g_w·g0 + r‖g_w‖ without the EPS smoothing (which moves the gradient by ~EPS/‖g_w‖²,
+    5e-11 at ‖g_w‖² = 0.01: enough to fail a 1e-10 gap at an exact stationary point); where
+    ‖g_w‖ = 0 it is not differentiable and the gradient is made +inf (the gap check fails)."""
+    gw = (g @ w.unsqueeze(-1)).squeeze(-1)
+    sq = (w * gw).sum(-1, keepdim=True)
+    norm = torch.where(sq > 0, sq, torch.ones_like(sq)).sqrt()
+    return torch.where(sq > 0, b + r * gw / norm, torch.full_like(gw, float("inf")))
 
-    On a support S, stationarity b_S + r G_SS w / s = ν1 with s = ‖g_w‖ gives w = s v,
-    v = G_SS⁻¹(ν1 − b_S) / r; vᵀG_SS v = 1 is A ν² − 2 B ν + C − r² = 0 with A = 1ᵀG⁻¹1,
-    B = 1ᵀG⁻¹b, C = bᵀG⁻¹b, whose larger root makes 1ᵀv = sqrt(B² − A(C − r²)) / r > 0.
-    """
+
+def _dropped_negatives_start(g, b, r, ridge) -> torch.Tensor:
+    """The dual's stationary point on all K rows, then on the rows left after dropping every
+    negative weight, until none is negative (≤ K rounds, usually 1-2): a feasible point that
+    is optimal whenever its Frank–Wolfe gap is ~0 (checked by the caller)."""
+    support = torch.ones(b.shape, dtype=g.dtype, device=g.device)
+    for _ in range(b.shape[-1]):
+        w_raw, _ = _stationary_on(g, b, r, support.unsqueeze(-2), ridge)
+        negative = (support > 0) & (w_raw.squeeze(-2) < 0)
+        support = torch.where(negative, torch.zeros_like(support), support)
+        if g.device.type != "cpu" or not bool(negative.any()):
+            break
+    w, feasible = _support_candidates(g, b, r, support.unsqueeze(-2), ridge)
+    uniform = torch.full_like(b, 1.0 / b.shape[-1])
+    return torch.where(feasible, w.squeeze(-2), uniform)
+
+
+def _stationary_on(g, b, r, m, ridge) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(w, 1ᵀv)``: the stationary point on each support of ``m`` before any feasibility
+    check (see :func:`_support_candidates`)."""
     g_hat, dn = equilibrate(g, ridge)
     a = restricted(g_hat.unsqueeze(-3), m)
     dn = dn.unsqueeze(-2)
@@ -102,7 +139,24 @@ def _support_candidates(g, b, r, m, ridge) -> tuple[torch.Tensor, torch.Tensor]:
     nu = (big_b + root) / torch.where(big_a != 0, big_a, torch.ones_like(big_a))
     v = nu.unsqueeze(-1) * g_inv_1 - g_inv_b  # r·v, the positive factor cancels in w
     total = v.sum(-1, keepdim=True)
-    w = v / torch.where(total > 0, total, torch.ones_like(total))
+    # One Newton step on vᵀGv = r² (derivative 2·1ᵀv): the root above loses digits to the
+    # cancellation in B² − A(C − r²); the quadratic form of v itself does not (1e-10 → 1e-15
+    # stationarity error measured at K = 10).
+    quad_v = (v * (v.unsqueeze(-2) @ g.unsqueeze(-3)).squeeze(-2)).sum(-1, keepdim=True)
+    safe = torch.where(total > 0, total, torch.ones_like(total))
+    v = v - ((quad_v - r.unsqueeze(-1).square()) / (2 * safe) * (total > 0)) * g_inv_1
+    total = v.sum(-1, keepdim=True)
+    return v / torch.where(total > 0, total, torch.ones_like(total)), total
+
+
+def _support_candidates(g, b, r, m, ridge) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dual stationary points on the supports ``m`` ([S, K] or [..., S, K]): ``(w, feasible)``.
+
+    On a support S, stationarity b_S + r G_SS w / s = ν1 with s = ‖g_w‖ gives w = s v,
+    v = G_SS⁻¹(ν1 − b_S) / r; vᵀG_SS v = 1 is A ν² − 2 B ν + C − r² = 0 with A = 1ᵀG⁻¹1,
+    B = 1ᵀG⁻¹b, C = bᵀG⁻¹b, whose larger root makes 1ᵀv = sqrt(B² − A(C − r²)) / r > 0.
+    """
+    w, total = _stationary_on(g, b, r, m, ridge)
     feasible = (w >= -1e-12).all(-1) & (total.squeeze(-1) > 0) & torch.isfinite(w).all(-1)
     w = w.clamp_min(0.0)
     w = w / w.sum(-1, keepdim=True).clamp_min(1e-300)
@@ -155,10 +209,10 @@ class CAGrad(WarmStartSolver, GramianAggregator):
     """Conflict-averse gradient.
 
     Options: ``c`` (0.5; 0 gives the mean; MT10 uses 0.9), ``rescale`` ∈ {0, 1, 2} (1 as in the
-    reference code: divide by 1 + c²; TorchJD uses 0). K ≤ 10: the dual is solved exactly
-    (support enumeration). K > 10: ``max_iter`` (100) / ``tol`` (1e-10) of the iterative dual
+    reference code: divide by 1 + c²; TorchJD uses 0). K ≤ 6: the dual is solved exactly
+    (support enumeration). K > 6: ``max_iter`` (100) / ``tol`` (1e-10) of the iterative dual
     solver, ``warm_start`` (False): start each solve from the previous dual solution (same K),
-    which cuts iterations when gradients change slowly between steps (it also makes K ≤ 10
+    which cuts iterations when gradients change slowly between steps (it also makes K ≤ 6
     iterate, as MGDA does); the previous solution is then state (``w_prev``). Weights are
     invariant to a global gradient scale. A solve that stops at ``max_iter`` without reaching
     ``tol`` increments ``not_converged`` (a device counter).
@@ -179,7 +233,7 @@ class CAGrad(WarmStartSolver, GramianAggregator):
         # the weights are homogeneous of degree 0 in G: normalise before solving
         gram = gram / gram_scale(gram)
         init = self._start(gram.shape[-1])
-        if gram.shape[-1] <= EXACT_MAX_K and init is None:  # as MGDA: exact unless warm-started
+        if gram.shape[-1] <= ENUMERATE_MAX_K and init is None:  # as MGDA: enumerate unless warm-started
             w, w_dual = cagrad_dual_exact(gram, self.c)
         else:
             w, w_dual, converged = cagrad_dual_solve(gram, self.c, self.max_iter, self.tol, init=init)

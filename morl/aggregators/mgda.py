@@ -18,13 +18,14 @@ from morl.solvers.min_norm import min_norm_solve
 class MGDA(WarmStartSolver, GramianAggregator):
     """Min-norm multiple-gradient descent, solved on the K×K Gramian.
 
-    Options: ``max_iter`` (100 FISTA steps, then Wolfe's active-set steps) and ``tol`` (1e-8:
-    no row may violate the KKT condition g_k·d ≥ ‖d‖² by more than tol·‖g_k‖‖d‖) bound the
-    iterative solver used for K > 10; K = 2 is closed form, 2 < K ≤ 10 exact support
+    Options: ``tol`` (1e-8: no row may violate the KKT condition g_k·d ≥ ‖d‖² by more than
+    tol·‖g_k‖‖d‖) stops Wolfe's active-set steps, used for K > 6 from the affine minimiser on
+    all rows with the negative weights dropped; ``max_iter`` (100) bounds the FISTA steps that
+    find the start when warm starting. K = 2 is closed form, 2 < K ≤ 6 exact support
     enumeration, K = 1 returns the gradient. Unconverged solves count in ``not_converged``.
     ``warm_start`` (False) starts each K > 2 solve iteratively from the previous weights
-    (same K); they are then state (``w_prev``). The weights do not depend on a global scale of the gradients and
-    the direction scales with it linearly.
+    (same K); they are then state (``w_prev``). The weights do not depend on a global scale of
+    the gradients and the direction scales with it linearly.
     """
 
     def __init__(self, max_iter: int = 100, tol: float = 1e-8, warm_start: bool = False, check_finite: str = "raise") -> None:

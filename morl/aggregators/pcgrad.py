@@ -6,7 +6,8 @@ For each task i, in its own random order over j ≠ i:
 
 Every g_i^PC is a combination Σ_k C_ik g_k of the original rows, so the whole procedure runs
 on the K×K Gramian: g_i^PC · g_j = (C G)_ij. The K task rows are processed together; the Python
-loops are over the K positions in the random orders (K×K tensor ops each) and the K draws.
+loops are over the K positions in the random orders (a few K×K tensor ops each, the partners'
+Gramian rows gathered once beforehand) and the K draws.
 """
 
 from __future__ import annotations
@@ -71,17 +72,19 @@ class PCGrad(GramianAggregator):
         k = gram.shape[0]
         gram = gram.to(torch.float64)  # the projections subtract nearly equal numbers
         orders = self._draw_orders(k, gram.device)
+        partners = orders.T  # [position, task i]: the partner j of row i at that position
+        # Everything that does not depend on the running coefficients, gathered once: G's row
+        # j for every (position, i), and −1/‖g_j‖², 0 where j = i or g_j = 0 (no step there).
+        rows_j = gram[partners]  # [K, K, K]
+        sq_norm = torch.diagonal(gram)[partners]
+        step_ok = (sq_norm > torch.finfo(gram.dtype).tiny) & (partners != torch.arange(k, device=gram.device))
+        neg_inv = (step_ok / torch.where(step_ok, -sq_norm, torch.ones_like(sq_norm))).unsqueeze(-1)
+        index = partners.unsqueeze(-1)
         coef = torch.eye(k, dtype=gram.dtype, device=gram.device)  # row i: g_i^PC in the g basis
-        rows = torch.arange(k, device=gram.device)
-        sq_norm = torch.diagonal(gram)
-        tiny = torch.finfo(gram.dtype).tiny
         for pos in range(k):
-            j = orders[:, pos]  # partner of each row i at this position
-            dots = (coef * gram.index_select(0, j)).sum(-1)  # (C G)_{i, j_i}
-            norm_j = sq_norm.index_select(0, j)
-            conflict = (dots < 0) & (j != rows) & (norm_j > tiny)
-            step = torch.where(conflict, dots / torch.where(conflict, norm_j, torch.ones_like(norm_j)), torch.zeros_like(dots))
-            coef = coef.index_put((rows, j), coef[rows, j] - step)
+            dots = (coef * rows_j[pos]).sum(-1, keepdim=True)  # (C G)_{i, j_i}
+            # g_i^PC −= (dot / ‖g_j‖²) g_j only on a conflict (dot < 0)
+            coef.scatter_add_(1, index[pos], dots.clamp_(max=0.0).mul_(neg_inv[pos]))
         w = coef.sum(0)
         return w / k if self.reduction == "mean" else w
 

@@ -26,20 +26,45 @@ def gramian(grads: torch.Tensor) -> torch.Tensor:
     (that would be a host sync): an overflowed Gramian gives a non-finite direction, which the
     aggregator's ``check_finite`` policy then reports instead of returning it.
     """
-    gram = grads @ grads.transpose(-2, -1)
-    if grads.device.type == "cpu" and not _well_scaled(gram):
-        gram = _rescaled_gramian(grads, gram)
-    return gram
+    return gramian_and_top(grads)[0]
 
 
-def _well_scaled(gram: torch.Tensor) -> bool:
-    """Finite and not in the subnormal range (where products lose their relative precision).
-    Only the largest diagonal entry is read: |G_ij| ≤ sqrt(G_ii G_jj) bounds the rest, and a
-    NaN anywhere in G comes from a NaN/inf row, whose diagonal entry is then NaN/inf too. An
-    all-zero G also fails (the rows may have underflowed): the fallback then decides."""
+def gramian_and_top(grads: torch.Tensor) -> tuple[torch.Tensor, float | None]:
+    """:func:`gramian` and, for one CPU matrix in the normal range, its largest diagonal entry
+    as a float (read anyway for the range check, so callers normalising by it skip
+    :func:`gram_scale`'s reductions); None otherwise (batched, not CPU, or rescaled)."""
+    gram = _product(grads)
+    if grads.device.type != "cpu":
+        return gram, None
+    top = float(torch.diagonal(gram, dim1=-2, dim2=-1).amax())  # free on CPU
     info = torch.finfo(gram.dtype)
-    top = float(torch.diagonal(gram, dim1=-2, dim2=-1).amax())  # free on CPU, the only caller
-    return info.tiny / info.eps <= top <= info.max
+    # Finite and not subnormal: only the largest diagonal entry is read, |G_ij| ≤ sqrt(G_ii G_jj)
+    # bounds the rest, and a NaN anywhere in G comes from a NaN/inf row, whose diagonal entry is
+    # then NaN/inf too. An all-zero G also fails (the rows may have underflowed).
+    if info.tiny / info.eps <= top <= info.max:
+        return gram, top if grads.dim() == 2 else None
+    return _rescaled_gramian(grads, gram), None
+
+
+#: On CPU (MKL), ``J @ J.T`` for 6 ≤ K ≤ 10 rows runs at a fraction of the speed of K = 4 or
+#: K = 16 (10 GFLOP/s against 35-50 measured here at D = 1e6): its small-M kernel streams the
+#: whole [K, D] matrix badly. Summing the products of column chunks that stay in L2 cache
+#: (CHUNK columns) gives the same Gramian 2-3x faster, still in one pass over the matrix, and
+#: more accurately (4e-7 against 6e-5 relative error at K = 10, D = 1e6: shorter float32 sums).
+CHUNKED_K = (6, 10)
+CHUNK = 16384
+
+
+def _product(grads: torch.Tensor) -> torch.Tensor:
+    """``grads @ grads.T``, by column chunks where that is faster (see ``CHUNKED_K``)."""
+    k, d = grads.shape[-2], grads.shape[-1]
+    if grads.device.type != "cpu" or grads.dim() != 2 or not CHUNKED_K[0] <= k <= CHUNKED_K[1] or d < 4 * CHUNK:
+        return grads @ grads.transpose(-2, -1)
+    gram = torch.zeros(k, k, dtype=grads.dtype)
+    for start in range(0, d, CHUNK):
+        block = grads[:, start : start + CHUNK]
+        gram.addmm_(block, block.T)
+    return gram
 
 
 def _rescaled_gramian(grads: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
