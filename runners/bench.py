@@ -16,6 +16,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (smoke run)")
     parser.add_argument("--out", default=None, help="also write the results as JSON to this path")
+    parser.add_argument(
+        "--against", choices=("torchjd",), default=None,
+        help="aggregators only: time each method next to TorchJD's on the same matrix (CPU, float32)",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: 1 with --against, else torch's)")
 
 
 def main(args) -> int:
@@ -24,4 +29,18 @@ def main(args) -> int:
 
     if args.out is not None and not str(args.out).strip():
         raise UserError("--out must be a file path")
-    return int(importlib.import_module(TARGETS[args.target]).run(args) or 0)
+    if getattr(args, "against", None) and args.target != "aggregators":
+        raise UserError("--against applies to `morl bench aggregators` only")
+    if getattr(args, "threads", None) is not None and args.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {args.threads}")
+    import torch
+
+    threads = torch.get_num_threads()
+    if getattr(args, "threads", None) is not None:
+        torch.set_num_threads(args.threads)
+    elif getattr(args, "against", None):  # side by side: 1 thread unless told otherwise
+        torch.set_num_threads(1)
+    try:
+        return int(importlib.import_module(TARGETS[args.target]).run(args) or 0)
+    finally:  # in-process callers (tests) get their thread count back
+        torch.set_num_threads(threads)

@@ -33,10 +33,15 @@ STRATEGIES = {
 def run(args) -> int:
     from runners.device import resolve_device
 
-    device = resolve_device(getattr(args, "device", "auto"))
+    against = getattr(args, "against", None)
+    device = resolve_device("cpu" if against else getattr(args, "device", "auto"))
     quick = bool(getattr(args, "quick", False))
     out = getattr(args, "out", None)
     machine = _machine(device)
+    if against == "torchjd":
+        from runners import bench_torchjd
+
+        return bench_torchjd.run(args, machine)
     print(f"morl bench aggregators on {machine['device_name']} (torch {torch.__version__}, {torch.get_num_threads()} threads)")
 
     aggregator_rows = time_aggregators(device, QUICK_K if quick else FULL_K, QUICK_D if quick else FULL_D, repeats=2 if quick else 10)

@@ -30,3 +30,31 @@ def test_bench_aggregators_quick(tmp_path, capsys):
 def test_bench_rejects_missing_cuda(capsys):
     assert main(["bench", "aggregators", "--quick", "--device", "cuda"]) == 2
     assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_bench_against_torchjd_quick(tmp_path, capsys):
+    """`--against torchjd --quick`: every registered method TorchJD also has, side by side on
+    tiny sizes, with the option mapping printed (no timing assertions)."""
+    from runners.bench_torchjd import QUICK_D, QUICK_K, paired_methods
+
+    out, threads = tmp_path / "against.json", torch.get_num_threads()
+    assert main(["bench", "aggregators", "--against", "torchjd", "--quick", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 thread(s)" in printed and torch.get_num_threads() == threads and "reduction='sum'" in printed and "rescale=0" in printed
+    names = [name for name, _, _ in paired_methods()]
+    assert {"mgda", "cagrad", "pcgrad"} <= set(names)
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["method"], r["K"], r["D"]) for r in rows} == {(m, k, d) for m in names for k in QUICK_K for d in QUICK_D}
+    for r in rows:
+        assert "error" in r or (r["ms"] > 0 and r["torchjd_ms"] > 0 and r["verdict"] in ("target", "ok", "MISS")), r
+    timed = {r["method"] for r in rows if "ratio" in r}
+    assert {"mgda", "cagrad", "pcgrad"} <= timed
+    # the mapped options make both compute the same direction, up to TorchJD's solver accuracy
+    # (MGDA: Frank-Wolfe stopped at eps = 1e-3, measured 2.7e-3 at K = 5; CAGrad: cvxpy, 2e-6)
+    bound = {"mgda": 1e-2, "cagrad": 1e-4}
+    assert all(r["rel_diff"] < bound[r["method"]] for r in rows if r["method"] in bound)
+
+
+def test_bench_against_needs_the_aggregators_target(capsys):
+    assert main(["bench", "rl", "--against", "torchjd"]) == 2
+    assert "--against applies to `morl bench aggregators` only" in capsys.readouterr().err
