@@ -64,6 +64,14 @@ CASES: dict[str, Case] = {
     # random loss weighting (tests/test_rlw.py): weights drawn independently of J, so linear;
     # a different draw per row position, so not permutation invariant; the generator advances
     "rlw": Case(linear=True, stochastic=True, stateful=True),
+    # projection / Gramian methods (tests/test_projection_methods.py). UPGrad and DualProj:
+    # d = 0 when a strictly positive combination of the rows vanishes (the dual cone is then
+    # null(J)), not at every weakly Pareto-stationary J (see docs/aggregators.md).
+    "upgrad": Case(non_conflicting=True, stationary_zero=True, permutation_invariant=True, linear=True),
+    "dualproj": Case(non_conflicting=True, stationary_zero=True, permutation_invariant=True, linear=True),
+    "imtl_g": Case(permutation_invariant=True, linear=True),
+    "aligned_mtl": Case(permutation_invariant=True, linear=True),
+    "config": Case(permutation_invariant=True, linear=True),  # conflict-free only for independent rows
     # PCGrad towards EMA target cosines; sign dropout per coordinate (the same U draws whatever
     # the row order); EMA of a base's weights (first call = the base); robust aggregation
     "gradvac": Case(linear=True, stochastic=True, stateful=True),

@@ -21,6 +21,10 @@ projected gradient (FISTA, gradient restart) approaches the optimum, the primal-
 active-set rule (Hintermüller, Ito & Kunisch, SIAM J. Optim. 13(3), 2003; a semismooth
 Newton method) give the free set to start from, and primal active-set steps (as Lawson &
 Hanson's NNLS, "Solving Least Squares Problems", 1974, ch. 23) make it exact.
+
+Cost: each active-set step solves B masked K×K systems. Full-rank problems need a few steps
+(K = 100, D = 300: 0.14 s for UPGrad's 100 QPs on one CPU thread); K ≫ rank(G) needs about
+one step per row whose bound changes (K = 100, rank 40: 2.6 s; K = 200, rank 40: ~40 s).
 """
 
 from __future__ import annotations
@@ -33,17 +37,19 @@ from morl.solvers.min_norm import TIE, equilibrate, quad, restricted, ridge_for,
 #: Up to this K the QP is solved exactly by enumerating the 2^K free sets (one batched solve
 #: for all right-hand sides); above it the iterative solver.
 EXACT_MAX_K = 10
+#: Step lengths tried along the projection arc in the active-set phase (Bertsekas 1982).
+ARC_STEPS = (1.0, 0.5, 0.25, 0.125, 0.0625)
 
 
 def project_to_dual_cone(
-    gram: torch.Tensor, u: torch.Tensor, max_iter: int = 100, tol: float = 1e-8, exact_max_k: int = EXACT_MAX_K,
+    gram: torch.Tensor, u: torch.Tensor, max_iter: int = 100, tol: float = 1e-10, exact_max_k: int = EXACT_MAX_K,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(v, converged)``: v = argmin_{v ≥ u} vᵀGv for each row of ``u``.
 
     ``gram`` is [..., K, K] (any scale, any float dtype: it sets the ridge), ``u`` is
     [..., B, K] (B right-hand sides sharing the Gramian). ``v`` is float64 [..., B, K];
     ``converged`` [..., B] is False where the iterative solver (K > ``exact_max_k``) stopped
-    before the KKT residual reached ``tol`` (relative to the problem's own scale).
+    before no active row had a multiplier below −``tol`` (relative to the problem's own scale).
     """
     g = gram.to(torch.float64)
     # non-finite input (zeroed by the caller's check_finite="skip"): a singular solve raises
@@ -96,16 +102,6 @@ def _lipschitz(g_hat: torch.Tensor) -> torch.Tensor:
     return torch.minimum(fro, rows).unsqueeze(-1).unsqueeze(-1)
 
 
-def kkt_residual(g_hat: torch.Tensor, c: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """[..., B]: max_k |min(z_k − c_k, (Ĝz)_k)| over the problem's scale (0 at the optimum of
-    a feasible z), less float64 rounding. Scale: the larger of max|c| and ‖d‖ = sqrt(zᵀĜz)."""
-    mu = (z.unsqueeze(-2) @ g_hat).squeeze(-2)
-    res = torch.minimum(z - c, mu).abs().amax(-1)
-    scale = torch.maximum(c.abs().amax(-1), (z * mu).sum(-1).clamp_min(0).sqrt())
-    floor = 8 * z.shape[-1] * torch.finfo(torch.float64).eps * z.abs().amax(-1)
-    return (res - floor).clamp_min(0) / scale.clamp_min(torch.finfo(torch.float64).tiny)
-
-
 def dual_cone_iterative(g_hat: torch.Tensor, c: torch.Tensor, max_iter: int, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
     """FISTA steps from z = c, then active-set steps; ``(z, converged)`` ([..., B, K], [..., B])."""
     g_b = g_hat.unsqueeze(-3)  # broadcasts over the B right-hand sides
@@ -127,10 +123,12 @@ def dual_cone_iterative(g_hat: torch.Tensor, c: torch.Tensor, max_iter: int, tol
 
 def active_set_steps(g_hat, c, z, free, tol: float, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Primal active-set steps (as Lawson & Hanson's NNLS) from the feasible ``z`` with free set
-    ``free``: a major step moves to the minimiser on the free set when it is feasible and frees
-    the most negative multiplier (Ĝz)_k < −tol·scale of an active row; a minor step moves
-    towards it until a row hits its bound and fixes that row. Batched with masks, no host
-    sync but the CPU early exit; ``converged`` where a major step found no row to free."""
+    ``free``. A major step moves to the minimiser on the free set when it is feasible and frees
+    every active row whose multiplier (Ĝz)_k is below −tol·scale; otherwise the best of a
+    minor step (towards the minimiser until a row hits its bound; that row is fixed) and a
+    few steps along the projection arc is taken. The objective never rises. Batched with
+    masks, no host sync but the CPU early exit; ``converged`` where a major step freed no row
+    (so g_k·d ≥ −tol·scale·‖g_k‖ for every row, scale = max(max|c|, ‖d‖) on G / max diag)."""
     g_b = g_hat.unsqueeze(-3)
     done = torch.zeros(z.shape[:-1], dtype=torch.bool, device=z.device)
     for _ in range(rounds):
@@ -139,16 +137,29 @@ def active_set_steps(g_hat, c, z, free, tol: float, rounds: int) -> tuple[torch.
         slack = 1e-12 * scale
         major = ((y >= c - slack) | ~free).all(-1) & ~done
         mu = torch.where(free, torch.zeros_like(y), (y.unsqueeze(-2) @ g_b).squeeze(-2))
-        enter = mu.argmin(-1, keepdim=True)
-        adds = major & (mu.gather(-1, enter) < -tol * scale).squeeze(-1)
+        # every active row with a negative multiplier enters at once (a block step): the
+        # objective still drops at each major step, so no free set repeats, and K > D
+        # problems with many rows to free finish in a few steps instead of one per row
+        entering = (mu < -tol * scale) & major.unsqueeze(-1)
+        adds = entering.any(-1)
         ratio = torch.where(free & (y < c), (z - c) / (z - y), torch.full_like(y, float("inf")))
         theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
-        minor = ~major & ~done
         z_minor = torch.maximum(z + theta * (y - z), c)
         z_minor = torch.where(ratio <= theta, c, z_minor)  # the blocking rows sit on their bound
+        free_minor = free & (ratio > theta)
+        # steps along the projection arc max(z + α(y − z), c) fix many rows at once (a minor
+        # step fixes one); the best of them replaces the minor step where it is lower
+        obj_minor = quad(g_b, z_minor)
+        for alpha in ARC_STEPS:
+            z_arc = torch.maximum(z + alpha * (y - z), c)
+            obj_arc = quad(g_b, z_arc)
+            better = (obj_arc < obj_minor).unsqueeze(-1)
+            z_minor = torch.where(better, z_arc, z_minor)
+            free_minor = torch.where(better, free & (z_arc > c), free_minor)
+            obj_minor = torch.minimum(obj_arc, obj_minor)
+        minor = ~major & ~done
         z = torch.where(major.unsqueeze(-1), torch.maximum(y, c), torch.where(minor.unsqueeze(-1), z_minor, z))
-        entering = torch.zeros_like(free).scatter(-1, enter, True) & adds.unsqueeze(-1)
-        free = torch.where(minor.unsqueeze(-1), free & (ratio > theta), free | entering)
+        free = torch.where(minor.unsqueeze(-1), free_minor, free | entering)
         done = done | (major & ~adds)
         if z.device.type == "cpu" and bool(done.all()):
             break

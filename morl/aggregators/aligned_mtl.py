@@ -1,0 +1,68 @@
+"""Aligned-MTL (Senushkin et al., "Independent Component Alignment for Multi-Task Learning",
+CVPR 2023, arXiv 2305.19000, Alg. 1): align the principal components of the gradients so the
+linear system is well conditioned. With G = VΛVᵀ (the kept eigenpairs), Σ = Λ^{1/2},
+
+    B = sqrt(λ_scale) · V Σ⁻¹ Vᵀ,   α = B w,   d = Jᵀα,
+
+λ_scale the smallest kept eigenvalue (``scale_mode="min"``, the paper), their median or
+their mean (``"median"``, ``"rmse"``), and w the preference (1/K, TorchJD).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from morl.aggregators._checks import check_choice
+from morl.aggregators._preference import PreferenceVector
+from morl.aggregators.base import GramianAggregator
+
+SCALE_MODES = ("min", "median", "rmse")
+
+
+def balance_transformation(gram: torch.Tensor, scale_mode: str = "min") -> torch.Tensor:
+    """B ([..., K, K], float64). Eigenvalues ≤ K ε λ_max (ε of the Gramian's dtype) are
+    dropped (TorchJD's and the authors' cutoff) by a mask, not by slicing, so nothing is read
+    back to the host; an all-zero G gives B = I (as TorchJD)."""
+    k = gram.shape[-1]
+    g = gram.to(torch.float64)
+    g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, torch.zeros_like(g))  # eigh raises on NaN
+    lam, vec = torch.linalg.eigh(g)
+    keep = lam > lam[..., -1:].clamp_min(0) * k * torch.finfo(gram.dtype).eps
+    safe = torch.where(keep, lam, torch.ones_like(lam))
+    inv_sqrt = torch.where(keep, safe.rsqrt(), torch.zeros_like(lam))
+    scale = _scale(torch.where(keep, lam, torch.full_like(lam, float("inf"))), keep, scale_mode)
+    b = (vec * (scale.sqrt() * inv_sqrt).unsqueeze(-2)) @ vec.transpose(-2, -1)
+    eye = torch.eye(k, dtype=b.dtype, device=b.device)
+    return torch.where(keep.any(-1)[..., None, None], b, eye)
+
+
+def _scale(kept: torch.Tensor, keep: torch.Tensor, mode: str) -> torch.Tensor:
+    """[..., 1]: the smallest, (lower) median or mean of the kept eigenvalues (+inf = dropped)."""
+    rank = keep.sum(-1, keepdim=True)
+    ordered = kept.sort(-1).values  # kept ascending, dropped (+inf) last
+    if mode == "min":
+        out = ordered[..., :1]
+    elif mode == "median":  # torch.median's lower median of the kept ones
+        out = ordered.gather(-1, ((rank - 1) // 2).clamp_min(0))
+    else:
+        out = torch.where(keep, kept, torch.zeros_like(kept)).sum(-1, keepdim=True) / rank.clamp_min(1)
+    return torch.where(rank > 0, out, torch.ones_like(out))
+
+
+class AlignedMTL(PreferenceVector, GramianAggregator):
+    """Aligned-MTL. Options: ``pref_vector`` (None: 1/K, TorchJD; LibMTL uses 1, i.e. K times
+    longer), ``scale_mode`` ∈ {"min", "median", "rmse"} ("min", the paper's Alg. 1).
+    Permutation invariant and positively homogeneous; not non-conflicting."""
+
+    def __init__(self, pref_vector=None, scale_mode: str = "min", check_finite: str = "raise") -> None:
+        super().__init__(check_finite=check_finite)
+        self._init_preference("AlignedMTL", pref_vector)
+        check_choice("AlignedMTL", "scale_mode", scale_mode, SCALE_MODES)
+        self.scale_mode = scale_mode
+
+    def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
+        w = self._preference(gram.shape[-1], gram, None).to(torch.float64)
+        return (balance_transformation(gram, self.scale_mode) @ w.unsqueeze(-1)).squeeze(-1).to(gram.dtype)
+
+    def __repr__(self) -> str:
+        return f"AlignedMTL(pref_vector={self._pref_repr()}, scale_mode={self.scale_mode!r})"

@@ -1,0 +1,51 @@
+"""ConFIG (Liu, Chu & Thuerey, "ConFIG: Towards Conflict-free Training of Physics Informed Neural
+Networks", ICLR 2025, arXiv 2408.11104, eq. 2):
+
+    u = normalise(U⁺ w),   d = (Σ_i g_i·u) u,
+
+U the unit rows g_i/‖g_i‖ (zero rows stay 0), w the preference (1 each). U⁺w = Uᵀ(UUᵀ)⁺w and
+UUᵀ = N⁻¹GN⁻¹ (N = diag‖g_i‖) is the equilibrated Gramian, so u = Jᵀβ/‖Jᵀβ‖ with
+β = N⁻¹(N⁻¹GN⁻¹)⁺w, and d = Jᵀβ · (1ᵀGβ)/(βᵀGβ): no unit-row [K, D] copy is made.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from morl.aggregators._preference import PreferenceVector
+from morl.aggregators.base import GramianAggregator
+from morl.solvers.min_norm import ZERO_ROW
+
+
+def config_weights(gram: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Weights ([..., K], float64) of d = Jᵀ(weights) for ``gram`` [..., K, K], preference ``w``.
+    The pseudo-inverse cuts eigenvalues of UUᵀ below K ε λ_max (ε of the Gramian's dtype)."""
+    k = gram.shape[-1]
+    g = gram.to(torch.float64)
+    g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, torch.zeros_like(g))  # eigh raises on NaN
+    diag = torch.diagonal(g, dim1=-2, dim2=-1)
+    nonzero = diag > ZERO_ROW
+    inv_norm = torch.where(nonzero, diag.clamp_min(ZERO_ROW).rsqrt(), torch.zeros_like(diag))
+    units = g * inv_norm.unsqueeze(-1) * inv_norm.unsqueeze(-2)  # UUᵀ, zero rows stay 0
+    a = (torch.linalg.pinv(units, rtol=k * torch.finfo(gram.dtype).eps, hermitian=True) @ w.to(g).unsqueeze(-1)).squeeze(-1)
+    beta = a * inv_norm
+    g_beta = (g @ beta.unsqueeze(-1)).squeeze(-1)
+    length2 = (beta * g_beta).sum(-1, keepdim=True)  # ‖Jᵀβ‖²
+    ok = length2 > 0
+    return torch.where(ok, beta * g_beta.sum(-1, keepdim=True) / torch.where(ok, length2, torch.ones_like(length2)), torch.zeros_like(beta))
+
+
+class ConFIG(PreferenceVector, GramianAggregator):
+    """Conflict-free inverse gradients. Option ``pref_vector`` (None: 1 each, as the paper
+    and TorchJD). Permutation invariant, positively homogeneous; conflict-free when the rows
+    are linearly independent (then every g_i·u/‖g_i‖ is equal and positive), not in general."""
+
+    def __init__(self, pref_vector=None, check_finite: str = "raise") -> None:
+        super().__init__(check_finite=check_finite)
+        self._init_preference("ConFIG", pref_vector)
+
+    def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
+        return config_weights(gram, self._preference(gram.shape[-1], gram, 1.0)).to(gram.dtype)
+
+    def __repr__(self) -> str:
+        return f"ConFIG(pref_vector={self._pref_repr()})"

@@ -1,0 +1,196 @@
+"""UPGrad, DualProj, IMTL-G, Aligned-MTL and ConFIG against TorchJD 0.18 (a peer implementation no
+one here wrote) and against values worked out by hand.
+
+Conventions mapped (TorchJD takes the Jacobian, forms G = JJᵀ and solves in numpy/torch):
+
+* UPGrad / DualProj: TorchJD solves each QP with quadprog on G/tr(G) + reg_eps·I
+  (``QuadprogProjector(norm_eps=1e-4, reg_eps=1e-4)``). morl's ``reg_eps`` adds reg_eps·tr(G)
+  to G's diagonal, the same problem up to scale, so ``reg_eps=1e-4`` reproduces TorchJD's
+  default; morl's default is 0 (the paper's exact projection). ``norm_eps`` (TorchJD returns
+  zeros for G when tr(G) < 1e-4, absolute) is not mapped: morl is scale-free, so TorchJD runs
+  with norm_eps = 0 here. Both average with pref 1/K.
+* IMTL-G: the same formula G⁺n / 1ᵀG⁺n with the same pinv cutoff (K ε λ_max).
+* Aligned-MTL: pref 1/K and scale_mode as TorchJD (TorchJD slices the kept eigenpairs, morl
+  masks them).
+* ConFIG: TorchJD takes pinv of the K×D unit rows; morl works on the equilibrated Gramian.
+"""
+
+import math
+
+import pytest
+import torch
+import torchjd.aggregation as tj
+from torchjd._linalg import QuadprogProjector
+
+from morl.aggregators import build
+
+# (K, D, rank): full rank, rank-deficient, K > D, and K up to 50 (the iterative QP solver)
+SHAPES = [(2, 5, 2), (3, 10, 3), (5, 20, 2), (8, 6, 6), (10, 40, 10), (20, 60, 20), (30, 20, 20), (50, 120, 50), (50, 60, 25)]
+SEEDS = range(5)
+
+
+def _jacobian(seed, k, d, rank):
+    gen = torch.Generator().manual_seed(seed)
+    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(rank, d, generator=gen, dtype=torch.float64)
+    return j + 0.5 * torch.randn(k, 1, generator=gen, dtype=torch.float64) @ j[:1]  # a shared direction: mixed signs
+
+
+def _tj_projector():
+    return QuadprogProjector(norm_eps=0.0, reg_eps=1e-4)
+
+
+# name, morl options, TorchJD aggregator, bound on ‖d − d_tj‖ / max‖g‖ and the worst measured
+# over SEEDS × SHAPES (float64; 2026-11-25)
+TORCHJD = [
+    ("upgrad", {"reg_eps": 1e-4}, lambda: tj.UPGrad(projector=_tj_projector()), 2e-10),  # measured 1.9e-11
+    ("dualproj", {"reg_eps": 1e-4}, lambda: tj.DualProj(projector=_tj_projector()), 2e-10),  # 2.0e-11
+    ("imtl_g", {}, lambda: tj.IMTLG(), 1e-10),  # 5.7e-12
+    ("aligned_mtl", {}, lambda: tj.AlignedMTL(), 1e-11),  # 7.9e-14
+    ("aligned_mtl", {"scale_mode": "median"}, lambda: tj.AlignedMTL(scale_mode="median"), 5e-10),  # 3.4e-11
+    ("aligned_mtl", {"scale_mode": "rmse"}, lambda: tj.AlignedMTL(scale_mode="rmse"), 5e-10),  # 4.9e-11
+    ("config", {}, lambda: tj.ConFIG(), 1e-10),  # 1.2e-12
+]
+
+
+@pytest.mark.parametrize("name, options, reference, bound", TORCHJD, ids=[f"{n}-{o}" for n, o, _, _ in TORCHJD])
+def test_matches_torchjd(name, options, reference, bound):
+    worst = 0.0
+    for seed in SEEDS:
+        for k, d, rank in SHAPES:
+            j = _jacobian(seed, k, d, rank)
+            agg = build(name, **options)
+            ours, ref = agg(j), reference()(j)
+            worst = max(worst, float((ours - ref).norm() / j.norm(dim=1).max()))
+            if k > 10:
+                assert int(agg.stats.get("not_converged", torch.tensor(0))) == 0
+    assert worst <= bound, worst
+
+
+@pytest.mark.parametrize(
+    "name, reference",
+    [
+        ("upgrad", lambda p: tj.UPGrad(pref_vector=p, projector=_tj_projector())),
+        ("dualproj", lambda p: tj.DualProj(pref_vector=p, projector=_tj_projector())),
+        ("aligned_mtl", lambda p: tj.AlignedMTL(pref_vector=p)),
+        ("config", lambda p: tj.ConFIG(pref_vector=p)),
+    ],
+)
+def test_pref_vector_matches_torchjd(name, reference):
+    """Measured over seeds 0..4: ‖d − d_tj‖ / max‖g‖ ≤ 3.4e-12 (UPGrad); bound 5e-11."""
+    options = {"reg_eps": 1e-4} if name in ("upgrad", "dualproj") else {}
+    for seed in SEEDS:
+        j = _jacobian(seed, 6, 15, 6)
+        p = torch.tensor([0.5, 1.0, 2.0, 0.1, 1.5, 0.7], dtype=torch.float64)
+        ours = build(name, pref_vector=p.tolist(), **options)(j)
+        assert (ours - reference(p)(j)).norm() <= 5e-11 * j.norm(dim=1).max()
+
+
+# -- values worked out by hand on J = [(−4, 1, 1), (6, 1, 1)]: G = [[18, −22], [−22, 38]] -----------
+J_BASE = torch.tensor([[-4.0, 1.0, 1.0], [6.0, 1.0, 1.0]], dtype=torch.float64)
+R18, R38 = math.sqrt(18.0), math.sqrt(38.0)
+
+
+def _aligned_weights():
+    """B = sqrt(λ_min) G^{-1/2}; for a 2×2 SPD G, G^{1/2} = (G + sqrt(det) I) / sqrt(tr + 2 sqrt(det))."""
+    g = J_BASE @ J_BASE.T
+    tr, det = 56.0, 200.0
+    lam_min = (tr - math.sqrt(tr * tr - 4 * det)) / 2
+    root = (g + math.sqrt(det) * torch.eye(2, dtype=torch.float64)) / math.sqrt(tr + 2 * math.sqrt(det))
+    return math.sqrt(lam_min) * torch.linalg.inv(root) @ torch.full((2,), 0.5, dtype=torch.float64)
+
+
+HAND = {
+    # π(g1) = g1 + (22/38) g2, π(g2) = g2 + (22/18) g1 (each conflicts only with the other);
+    # d = ½(π1 + π2): weights (10/9, 15/19), d = (50/171, 325/171, 325/171)
+    "upgrad": torch.tensor([10 / 9, 15 / 19], dtype=torch.float64),
+    # mean (1, 1, 1) conflicts with g1 only (g1·m = −2): m + (2/18) g1, weights (1/2 + 1/9, 1/2)
+    "dualproj": torch.tensor([11 / 18, 1 / 2], dtype=torch.float64),
+    # G⁻¹n ∝ (38√18 + 22√38, 22√18 + 18√38), normalised to sum 1
+    "imtl_g": torch.tensor([19 * R18 + 11 * R38, 11 * R18 + 9 * R38], dtype=torch.float64) / (30 * R18 + 20 * R38),
+    "aligned_mtl": _aligned_weights(),
+    # the unit rows have equal projections on u = (u1 + u2)/‖u1 + u2‖; Σ g_i·u u = ½(√18 + √38)(u1 + u2)
+    "config": 0.5 * (R18 + R38) * torch.tensor([1 / R18, 1 / R38], dtype=torch.float64),
+}
+# TorchJD's own test values for this J (tests/unit/aggregation/test_values.py, rounded to 1e-4),
+# which use reg_eps = 1e-4 for UPGrad / DualProj
+TORCHJD_VALUES = {
+    "upgrad": [0.2929, 1.9004, 1.9004], "dualproj": [0.5563, 1.1109, 1.1109], "imtl_g": [0.0767, 1.0, 1.0],
+    "aligned_mtl": [0.2133, 0.9673, 0.9673], "config": [0.1588, 2.0706, 2.0706],
+}
+
+
+@pytest.mark.parametrize("name", sorted(HAND))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_hand_computed_values(name, dtype):
+    agg = build(name)
+    d = agg(J_BASE.to(dtype)).double()
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(agg.weights.double(), HAND[name], rtol=0, atol=tol * 10)
+    torch.testing.assert_close(d, HAND[name] @ J_BASE, rtol=0, atol=tol * 10)
+    torch.testing.assert_close(d, torch.tensor(TORCHJD_VALUES[name], dtype=torch.float64), rtol=0, atol=1.2e-3)
+
+
+def test_torchjd_values_with_its_regularisation():
+    for name in ("upgrad", "dualproj"):
+        d = build(name, reg_eps=1e-4)(J_BASE)
+        torch.testing.assert_close(d, torch.tensor(TORCHJD_VALUES[name], dtype=torch.float64), rtol=0, atol=1e-4)
+
+
+# -- K = 1, zero rows ---------------------------------------------------------------------------------
+NAMES = ["upgrad", "dualproj", "imtl_g", "aligned_mtl", "config"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_objective_returns_its_gradient(name, dtype):
+    g = torch.tensor([[3.0, -1.0, 2.0, 0.5]], dtype=dtype)
+    torch.testing.assert_close(build(name)(g), g[0])
+    torch.testing.assert_close(build(name)(torch.zeros_like(g)), torch.zeros_like(g[0]))
+
+
+# With a zero row added to J = [g1, g2]: UPGrad, DualProj and Aligned-MTL keep the same cone /
+# components but average over K = 3 (d₃ = (2/3) d₂); IMTL-G and ConFIG ignore the row (d₃ = d₂).
+ZERO_ROW_FACTOR = {"upgrad": 2 / 3, "dualproj": 2 / 3, "aligned_mtl": 2 / 3, "imtl_g": 1.0, "config": 1.0}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_zero_rows(name, dtype):
+    tol = 1e-10 if dtype == torch.float64 else 1e-4
+    for seed in SEEDS:
+        j2 = _jacobian(seed, 2, 7, 2).to(dtype)
+        j3 = torch.stack([j2[0], torch.zeros_like(j2[0]), j2[1]])
+        d2, d3 = build(name)(j2).double(), build(name)(j3).double()
+        assert (d3 - ZERO_ROW_FACTOR[name] * d2).norm() <= tol * j2.double().norm(dim=1).max()
+        assert torch.equal(build(name)(torch.zeros(4, 7, dtype=dtype)), torch.zeros(7, dtype=dtype))
+
+
+def test_upgrad_is_not_zero_at_a_weakly_stationary_point():
+    """g1 = −g2 and g3 ⟂ both: (1, 1, 0) combines the rows to 0 (Pareto stationary; MGDA
+    returns 0), but no strictly positive combination does. The dual cone is {x1 = 0, x2 ≥ 0},
+    π(g1) = π(g2) = 0 and π(g3) = g3, so UPGrad returns g3/3 and DualProj π(g3/3) = g3/3."""
+    j = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    expected = torch.tensor([0.0, 1 / 3], dtype=torch.float64)
+    torch.testing.assert_close(build("upgrad")(j), expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(build("dualproj")(j), expected, rtol=0, atol=1e-12)
+    assert build("mgda")(j).norm() <= 1e-12
+
+
+@pytest.mark.parametrize(
+    "name, options, match",
+    [
+        ("upgrad", {"pref_vector": [1.0, -1.0]}, "pref_vector"),
+        ("upgrad", {"reg_eps": -1.0}, "reg_eps"),
+        ("dualproj", {"max_iter": 0}, "max_iter"),
+        ("aligned_mtl", {"scale_mode": "max"}, "scale_mode"),
+        ("config", {"pref_vector": [0.0, 0.0]}, "pref_vector"),
+    ],
+)
+def test_invalid_options_name_the_option(name, options, match):
+    with pytest.raises(ValueError, match=match):
+        build(name, **options)
+
+
+def test_pref_vector_of_the_wrong_length_is_refused():
+    with pytest.raises(ValueError, match="pref_vector has 2 entries but got K=3"):
+        build("upgrad", pref_vector=[1.0, 2.0])(torch.ones(3, 4))
