@@ -194,3 +194,52 @@ def test_invalid_options_name_the_option(name, options, match):
 def test_pref_vector_of_the_wrong_length_is_refused():
     with pytest.raises(ValueError, match="pref_vector has 2 entries but got K=3"):
         build("upgrad", pref_vector=[1.0, 2.0])(torch.ones(3, 4))
+
+
+# -- each method's defining property, on seeded matrices ------------------------------------------------
+def test_imtl_g_projections_on_the_unit_gradients_are_equal():
+    """IMTL-G's defining condition d·g_k/‖g_k‖ = const with Σα = 1 (full row rank, K ≤ D)."""
+    for seed in SEEDS:
+        for k, d in ((2, 5), (4, 9), (7, 7)):
+            j = _jacobian(seed, k, d, k)
+            agg = build("imtl_g")
+            proj = (j @ agg(j)) / j.norm(dim=1)
+            assert float(proj.max() - proj.min()) <= 1e-10 * float(j.norm(dim=1).max())
+            assert abs(float(agg.weights.sum()) - 1.0) <= 1e-12
+
+
+def test_imtl_g_can_conflict_with_every_objective():
+    """1ᵀG⁻¹n < 0 makes the common projection negative: −d raises every loss. Why imtl_g has
+    no non_conflicting flag (the paper claims none)."""
+    j = torch.tensor([[1.40, 0.26, -0.58], [0.75, 2.66, 0.78], [0.76, 1.71, 0.48]], dtype=torch.float64)
+    proj = (j @ build("imtl_g")(j)) / j.norm(dim=1)
+    torch.testing.assert_close(proj, torch.full((3,), float(proj[0]), dtype=torch.float64), rtol=1e-10, atol=0)
+    assert float(proj[0]) < -0.38
+
+
+def test_config_is_conflict_free_for_independent_rows_only():
+    """Independent rows: every unit gradient has the same positive projection on d (the
+    paper's claim). K > D: U⁺1 is a least-squares inverse and d conflicts with rows 2 and 3."""
+    for seed in SEEDS:
+        j = _jacobian(seed, 5, 12, 5)
+        proj = (j @ build("config")(j)) / j.norm(dim=1)
+        assert float(proj.min()) > 0 and float(proj.max() - proj.min()) <= 1e-10 * float(j.norm(dim=1).max())
+    j = torch.tensor([[-0.90, -0.56], [0.69, 0.22], [-0.67, 0.68], [0.57, -0.58]], dtype=torch.float64)
+    proj = (j @ build("config")(j)) / j.norm(dim=1)
+    assert float(proj[1]) < -0.03 and float(proj[2]) < -0.15
+
+
+def test_aligned_mtl_balances_the_singular_values():
+    """Alg. 1's purpose: BJ has all singular values √λ_min, i.e. B G B = λ_min·P (P the
+    projector on the kept eigenvectors; I for full rank)."""
+    from morl.aggregators.aligned_mtl import balance_transformation
+
+    for seed in SEEDS:
+        for k, d, rank in ((3, 8, 3), (6, 20, 6), (6, 20, 3)):
+            j = _jacobian(seed, k, d, rank)
+            g = j @ j.T
+            lam, vec = torch.linalg.eigh(g)
+            kept = vec[:, lam > lam[-1] * k * torch.finfo(torch.float64).eps]
+            b = balance_transformation(g)
+            expected = float(lam[lam > lam[-1] * k * torch.finfo(torch.float64).eps].min()) * kept @ kept.T
+            torch.testing.assert_close(b @ g @ b, expected, rtol=0, atol=1e-9 * float(lam[-1]))
