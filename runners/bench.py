@@ -21,6 +21,10 @@ def add_arguments(parser) -> None:
         help="aggregators only: time each method next to TorchJD's on the same matrix (CPU, float32)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: 1 with --against, else torch's)")
+    parser.add_argument(
+        "--check-finite", choices=("raise", "skip", "off"), default=None,
+        help="with --against: morl's check_finite option (default raise, the library default)",
+    )
 
 
 def main(args) -> int:
@@ -31,6 +35,8 @@ def main(args) -> int:
         raise UserError("--out must be a file path")
     if getattr(args, "against", None) and args.target != "aggregators":
         raise UserError("--against applies to `morl bench aggregators` only")
+    if getattr(args, "check_finite", None) and not getattr(args, "against", None):
+        raise UserError("--check-finite applies with --against only")
     if getattr(args, "threads", None) is not None and args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
     import torch

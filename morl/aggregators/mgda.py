@@ -12,7 +12,7 @@ import torch
 
 from morl.aggregators._warm_start import WarmStartSolver
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.min_norm import min_norm_solve
+from morl.solvers.min_norm import min_norm_2_unguarded, min_norm_solve
 
 
 class MGDA(WarmStartSolver, GramianAggregator):
@@ -33,6 +33,10 @@ class MGDA(WarmStartSolver, GramianAggregator):
         self._init_solver(type(self).__name__, max_iter, tol, warm_start)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
+        if gram.shape[-1] == 2:  # the closed form, without min_norm_solve's bookkeeping
+            w = min_norm_2_unguarded(gram.to(torch.float64)).to(gram.dtype)
+            self._remember(w)
+            return w
         w, converged = min_norm_solve(gram, max_iter=self.max_iter, tol=self.tol, init=self._start(gram.shape[-1]), eps_2=0.0)
         if gram.shape[-1] > 2:
             self._count_not_converged(converged)

@@ -71,6 +71,9 @@ class PCGrad(GramianAggregator):
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[0]
         gram = gram.to(torch.float64)  # the projections subtract nearly equal numbers
+        if k == 2:
+            w = _two_tasks(gram)
+            return w / k if self.reduction == "mean" else w
         orders = self._draw_orders(k, gram.device)
         partners = orders.T  # [position, task i]: the partner j of row i at that position
         # Everything that does not depend on the running coefficients, gathered once: G's row
@@ -98,3 +101,12 @@ class PCGrad(GramianAggregator):
 
     def __repr__(self) -> str:
         return f"PCGrad(seed={self.seed}, reduction={self.reduction!r})"
+
+
+def _two_tasks(gram: torch.Tensor) -> torch.Tensor:
+    """K = 2: each row's only partner is the other (original) row, so the orders do not matter
+    and none is drawn. On a conflict g_1^PC = g_1 − (g_12/‖g_2‖²) g_2 and g_2^PC = g_2 −
+    (g_12/‖g_1‖²) g_1, so g_1^PC + g_2^PC has weights w_k = 1 − g_12/‖g_k‖² (1 where g_k = 0)."""
+    sq_norm = torch.diagonal(gram)
+    usable = sq_norm > torch.finfo(gram.dtype).tiny
+    return 1.0 - gram[0, 1].clamp(max=0.0) * usable / torch.where(usable, sq_norm, torch.ones_like(sq_norm))

@@ -232,7 +232,14 @@ def min_norm_iterative(work, ridge, max_iter, tol, init) -> tuple[torch.Tensor, 
     work = work / gram_scale(work)
     gram_r, g_hat, d = regularised(work, ridge)
     k = work.shape[-1]
-    lam = dropped_negatives_start(g_hat, d) if init is None else _fista_start(gram_r, init, max_iter, tol)
+    if init is not None:
+        return wolfe_steps(gram_r, g_hat, d, _fista_start(gram_r, init, max_iter, tol), tol, rounds=k + 10)
+    lam = dropped_negatives_start(g_hat, d)
+    # The start is the affine minimiser on its support: optimal unless a row outside it violates
+    # the KKT condition. On CPU (a free flag read) that check replaces Wolfe's confirming round.
+    optimal = (kkt_violation(gram_r, lam, tol) <= 0).all(-1)
+    if lam.device.type == "cpu" and bool(optimal.all()):
+        return lam, optimal
     return wolfe_steps(gram_r, g_hat, d, lam, tol, rounds=k + 10)
 
 
