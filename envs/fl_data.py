@@ -6,7 +6,7 @@
   ``y = argmax softmax(x W_k + b_k)``. ρ are standard deviations (as in the generator's
   ``np.random.normal(0, alpha)``). IID variant: one global ``W, b ~ N(0, 1)`` and ``v_k = 0``.
   Samples per client: a fixed count (MosT's script, default 100) or FedProx's
-  ``int(lognormal(4, 2)) + 50``. Split 6:2:2 train/val/test per client (MosT §8.1).
+  ``int(lognormal(4, 2)) + 50``. Split 6:2:2 train/val/test per client (MosT paper, App. D.2).
 * :func:`digits` — sklearn's bundled 8×8 digits split across clients by a per-class
   Dirichlet(α) draw (Hsu et al. 2019), resampled until every client has ``min_size`` samples.
 

@@ -226,7 +226,7 @@ class MosT:
         """Transport plan ``Γ [n, m]`` for ``losses [m, n]`` (``losses[j, i] = L_i(θ_j)``).
 
         ``marginals``: ``(α [n], β [m])`` to use instead of :meth:`marginals` of these losses (the
-        official FL code re-solves the OT on predicted losses with the round's marginals, §11.1).
+        official FL code re-solves the OT on predicted losses with the round's marginals, ``federated_moo.py``).
         """
         if losses.dim() != 2 or losses.shape[0] != self.num_models:
             raise ValueError(f"losses must have shape [m={self.num_models}, n], got {tuple(losses.shape)}")

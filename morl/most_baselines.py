@@ -1,4 +1,5 @@
-"""The MosT paper's multi-solution baselines for few objectives (ZDT, spec §8.4 and §9).
+"""The MosT paper's multi-solution baselines for few objectives (ZDT; Li et al., arXiv:2403.04099,
+§6.1 and App. C.1, D.1).
 
 Each baseline trains ``m`` models independently, model ``j`` following its own descent direction
 from its ``n`` per-objective gradients — the same conventions as :func:`morl.most.run`

@@ -50,7 +50,8 @@ class MostConfig:
     curriculum_decay: float = 0.995
     topk_ratio: float = 0.1
     warmup_rounds: int = 3
-    # The official code's round (spec §11.1, §11.3 item 6); the defaults are the plain round.
+    # The official code's round (tianyi-lab/MosT federated_moo.py + update.py; not in the paper);
+    # the defaults are the plain round.
     sample_fraction: float = 1.0  #: fraction of (model, client) pairs trained per round; the rest stay stale
     loss_source: Literal["start", "last_epoch"] = "start"  #: OT cost: L_i(θ_j), or the last local epoch's mean loss
     gamma_momentum: float = 0.0  #: EMA Γ̄ ← μΓ̄ + (1−μ)Γ of the plans used by the MGDA step (0 = off)

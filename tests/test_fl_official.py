@@ -1,4 +1,5 @@
-"""The official MosT code's FL round (spec §11.1, §11.3 item 6) as options of the MosT strategy:
+"""The official MosT code's FL round (tianyi-lab/MosT ``federated_moo.py`` + ``update.py``; not in the
+paper) as options of the MosT strategy:
 pair sampling with stale deltas/losses, last-epoch losses, the Γ moving average, the OT re-solve."""
 
 import argparse

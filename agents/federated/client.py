@@ -64,8 +64,8 @@ def _local_sgd(model: FlatClassifier, theta0: torch.Tensor, x, y, count, noise: 
 def last_epoch_mean(step_losses: torch.Tensor, count: torch.Tensor, batch: int) -> torch.Tensor:
     """Mean of the minibatch losses of the last local epoch: the last ``⌈count/batch⌉`` steps.
 
-    The official MosT code's OT cost (spec §11.1: ``L_ij`` = mean minibatch training loss in the
-    last local epoch, taken along the local trajectory). ``step_losses [..., steps]``.
+    The official MosT code's OT cost (tianyi-lab/MosT ``federated_moo.py``: ``L_ij`` = mean minibatch
+    training loss in the last local epoch, taken along the local trajectory). ``step_losses [..., steps]``.
     """
     steps = step_losses.shape[-1]
     per_epoch = ((count + batch - 1) // batch).clamp(1, steps).to(step_losses.dtype)
@@ -113,7 +113,8 @@ def pairs_update(model: FlatClassifier, thetas: torch.Tensor, x: torch.Tensor, y
     """Only the sampled (model, client) pairs, as one vmap over the ``k`` pairs.
 
     Returns dense ``(deltas [m, n, P], losses [m, n])`` with zeros at the pairs not sampled;
-    ``model_idx``, ``client_idx``: ``[k]`` on the data's device (MosT pair sampling, spec §11.1).
+    ``model_idx``, ``client_idx``: ``[k]`` on the data's device (the pair sampling of the MosT authors'
+    code, ``federated_moo.py`` ``--frac``).
     """
     _check_source(loss_source)
     m, n = thetas.shape[0], x.shape[0]

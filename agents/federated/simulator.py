@@ -5,7 +5,7 @@ A round: the engine returns every client's pseudo-gradients and losses for the m
 the server subtracts it. :class:`InProcessEngine` computes the client work in one vmapped call
 (clients × models) on the data's device; :mod:`agents.federated.flower_engine` does the same
 through Flower messages. Evaluation: each client picks its best model on validation accuracy
-and reports that model's test accuracy (MosT §8.0).
+and reports that model's test accuracy (MosT paper, §6.2).
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ class LocalConfig:
     prox_mu: float = 0.0
     lr_decay: float = 1.0  #: lr multiplied by this every ``decay_every`` rounds
     decay_every: int = 10
-    loss_source: str = "start"  #: "start" (L_i(θ_j)) or "last_epoch" (official MosT code, spec §11.1)
+    #: "start" (L_i(θ_j)) or "last_epoch" (the MosT authors' code, tianyi-lab/MosT ``federated_moo.py``)
+    loss_source: str = "start"
 
     def lr_at(self, round_idx: int) -> float:
         return self.lr * self.lr_decay ** (round_idx // max(1, self.decay_every))

@@ -15,11 +15,13 @@ the MosT paper) and subtracts the returned update: ``θ_j ← θ_j − update_j`
   Γ-weighted MGDA direction per model (:meth:`morl.most.MosT.directions`); FedAvg for the
   first ``warmup_rounds`` rounds (as in the official code). ``combine="linear"`` is the
   paper's ablation MosT (L): the Γ-weighted average of the deltas instead of MGDA.
-  ``combine="switch"`` is the official code's rule (spec §11.1, §11.3 item 5): with
+  ``combine="switch"`` is the official code's rule (tianyi-lab/MosT ``federated_moo.py``; the paper
+  does not describe it): with
   ``S = Σ_ij Γ_ij L_ij`` and its running average ``avg_S`` (EMA 0.95, starting at 0 and set to
   the first S), take the MGDA step when ``S < avg_S`` and the linear step otherwise. The rest of
   the official code's round (pair sampling with stale deltas, Γ moving average, OT re-solve;
-  spec §11.1) are options of :class:`MosTStrategy`; the last-epoch losses are a client option
+  ``federated_moo.py``, none of them in the paper) are options of :class:`MosTStrategy`; the
+  last-epoch losses are a client option
   (:data:`agents.federated.client.LOSS_SOURCES`).
 """
 
@@ -146,7 +148,8 @@ class Robust(FedAvg):
 class MosTStrategy(FedAvg):
     """MosT aggregation (Algorithm 1 with client pseudo-gradients as the gradients).
 
-    The official code's round (spec §11.1, §11.3 item 6) is available through options; their
+    The official code's round (tianyi-lab/MosT ``federated_moo.py`` + ``update.py``; its extras are not
+    in the paper) is available through options; their
     defaults reproduce the plain round exactly:
 
     * ``sample_fraction`` (1.0): after the first MosT round only ``max(⌊f·m·n⌋, 1)`` (model, client)
@@ -242,7 +245,7 @@ class MosTStrategy(FedAvg):
         return self.gamma_avg
 
     def _mgda(self, deltas: torch.Tensor, losses: torch.Tensor, gamma_bar: torch.Tensor):
-        """Γ̄-weighted MGDA step, with ``ot_resolve`` OT re-solves on predicted losses (§11.1)."""
+        """Γ̄-weighted MGDA step, with ``ot_resolve`` OT re-solves on predicted losses (``federated_moo.py``)."""
         update = self.most.directions(deltas, gamma_bar)
         plan = None
         if self.ot_resolve:

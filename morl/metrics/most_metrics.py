@@ -1,4 +1,4 @@
-"""Metrics for multi-solution learning (MosT §8.0): best-model selection, tail accuracy,
+"""Metrics for multi-solution learning (MosT paper, §6.1–6.2): best-model selection, tail accuracy,
 hypervolume and solution diversity. Pure torch; inputs may live on any device.
 
 * :func:`select_best` / :func:`picked_accuracy` — each objective picks its best model on
