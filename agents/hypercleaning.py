@@ -1,4 +1,5 @@
-"""Multi-objective data hyper-cleaning with FORUM (spec 001 §5.1), on scikit-learn's bundled digits.
+"""Multi-objective data hyper-cleaning with FORUM (Ye et al., arXiv:2401.09257, §5.1), on scikit-learn's
+bundled digits.
 
 m corrupted datasets share one MLP trunk and have one head each. Dataset i has a training set
 whose labels are 50% corrupted (replaced by another class drawn uniformly), a clean val-1 set

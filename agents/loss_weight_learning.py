@@ -1,7 +1,8 @@
 """Multi-task loss-weight learning as a multi-objective bi-level problem, solved by FORUM.
 
-Spec 001 §5.2: α are the loss weights (softmax of m logits, as in the official code), ω the
-multi-task model, trained through the supervised adapter (:class:`agents.supervised.SupervisedMTL`):
+As in FORUM's multi-task experiments (Ye et al., arXiv:2401.09257, §5.2 and App. D.2): α are the
+loss weights (softmax of m logits, as in the official code), ω the multi-task model,
+trained through the supervised adapter (:class:`agents.supervised.SupervisedMTL`):
 
     min_{α, ω} (L_1(ω; B_UL), …, L_m(ω; B_UL))   s.t.  ω ∈ argmin_ω Σ_i softmax(α)_i L_i(ω; B_LL)
 

@@ -261,7 +261,7 @@ def _percent(metrics: dict) -> dict:
 
 
 def _log_forum(log, diag, names, k: int) -> dict:
-    """The FORUM diagnostics every run logs (spec 001 §6.1 item 8)."""
+    """The FORUM diagnostics every run logs."""
     out = {
         "upper": log.per_task("forum/upper_loss", diag["upper"], names, k),
         "lam_tilde": log.per_task("forum/lambda_tilde", diag["lam_tilde"], names, k, mean=False),

@@ -8,7 +8,7 @@ from morl.metrics import delta_m
 NYU_HIB = [True, True, False, False, False, False, True, True, True]
 NYU_STL = [38.30, 63.76, 0.6754, 0.2780, 25.01, 19.21, 30.14, 57.20, 69.15]
 
-# MoCo Table 6 (spec 003 §5.3): rows and the reported Δm column.
+# MoCo Table 6 (Fernando et al., arXiv:2210.12624; NYU-v2): rows and the reported Δm column.
 MOCO_TABLE6 = [
     ([38.06, 64.64, 0.5550, 0.2325, 27.41, 22.80, 23.86, 49.83, 63.14], 3.97),  # PCGrad
     ([39.79, 65.49, 0.5486, 0.2250, 26.31, 21.58, 25.61, 52.36, 65.58], 0.20),  # CAGrad
@@ -23,7 +23,7 @@ def test_moco_table6_delta_m_within_0_02(row, reported):
     assert delta_m(row, NYU_STL, NYU_HIB) == pytest.approx(reported, abs=0.02)
 
 
-# JoGBa Table 1 (NYU-v2) Random rows that the spec (002 §4.6) found reproducible, ±0.3.
+# JoGBa Table 1 (NYU-v2) Random rows whose Δm this formula reproduces, ±0.3.
 JOGBA_NYU_RANDOM = [
     ([38.06, 64.64, 0.5550, 0.2325, 27.41, 22.80, 23.86, 49.83, 63.14], 3.97),  # PCGrad
     ([39.79, 65.49, 0.5486, 0.2250, 26.31, 21.58, 25.61, 52.36, 65.58], 0.20),  # CAGrad
@@ -51,7 +51,7 @@ def test_jogba_qm9_random_rows(row, reported):
 
 def test_metric_average_differs_from_task_average():
     # Averaging over the 3 NYU tasks (each task's metrics first) gives a different number:
-    # the spec's evidence that published Δm averages over metric columns.
+    # evidence that published Δm averages over metric columns.
     row, reported = MOCO_TABLE6[4]
     groups = [range(0, 2), range(2, 4), range(4, 9)]
     per_task = [delta_m([row[i] for i in g], [NYU_STL[i] for i in g], [NYU_HIB[i] for i in g]) for g in groups]

@@ -1,4 +1,5 @@
-"""FORUM (spec 001): the λ subproblem, the constraint gradient, the synthetic problems, hyper-cleaning, the runner."""
+"""FORUM (Ye et al., arXiv:2401.09257): the λ subproblem, the constraint gradient, the synthetic
+problems, hyper-cleaning, the runner."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_qp11_matches_cvxpy(gen, m):
         ref = float(_qp11_value(upper, gq, rho, torch.as_tensor(lam.value)))
         assert ours <= ref + 1e-7 * max(1.0, abs(ref)), (ours, ref)
         assert abs(out.lam.sum().item() - 1) < 1e-12 and out.lam.min() >= 0
-        # The QP's γ is ν(λ) = max(λ·π, 0) at the optimum (spec §3.1 equivalence of (10) and (11)).
+        # The QP's γ is ν(λ) = max(λ·π, 0) at the optimum (this makes the paper's (10) and (11) equivalent).
         gap = abs(out.gamma.item() - max(0.0, float(out.lam @ out.pi))) * gq.norm().item()
         assert gap <= 1e-6 * upper.norm(dim=1).max().item()
 
@@ -182,9 +183,10 @@ def _run_eq24(alpha0, omega0, rho, iterations):
 
 @pytest.mark.parametrize("alpha0,omega0", FIG2_INITS)
 def test_eq24_reaches_optimal_set(alpha0, omega0):
-    """μ = 0.3, η = 0.05, T = 50, ρ = 0.3, β_k = (k+1)^(−3/4), K = 300 (spec §6.3 Test S): ℰ, q and 𝒦 → 0.
+    """μ = 0.3, η = 0.05, T = 50, ρ = 0.3, β_k = (k+1)^(−3/4), K = 300 (Ye et al., arXiv:2401.09257, App. C,
+    Eq. (24), Fig. 2): ℰ, q and 𝒦 → 0.
 
-    The spec's pass mark is ℰ < 1e-3; the exact λ QP gets far below it (measured ℰ ≤ 1.3e-10).
+    A loose pass mark would be ℰ < 1e-3; the exact λ QP gets far below it (measured ℰ ≤ 1.3e-10).
     """
     dist, q, kkt, c = _run_eq24(alpha0, omega0, rho=0.3, iterations=300)
     assert dist < 1e-6 and q < 1e-12 and kkt < 1e-12
@@ -193,7 +195,7 @@ def test_eq24_reaches_optimal_set(alpha0, omega0):
 
 @pytest.mark.parametrize("alpha0,omega0", FIG2_INITS)
 def test_eq24_without_barrier_stalls_infeasible(alpha0, omega0):
-    """ρ = 0 only asks ⟨∇q̃, d⟩ ≤ 0: the iterates stall at infeasible points (spec §6.3 negative control)."""
+    """ρ = 0 only asks ⟨∇q̃, d⟩ ≤ 0: the iterates stall at infeasible points (a negative control)."""
     dist, q, _, _ = _run_eq24(alpha0, omega0, rho=0.0, iterations=40)
     assert dist > 0.3 and q > 0.05
 
@@ -223,7 +225,7 @@ def test_single_objective_quadratic_bias_scales_with_step():
 
 
 def test_three_objective_quadratic_reaches_pareto_set():
-    """F_i = ½‖ω − b_i‖², f = ½‖ω − α‖²: FORUM ends at α = ω inside conv{b_i} (spec §6.3 Test B)."""
+    """F_i = ½‖ω − b_i‖², f = ½‖ω − α‖²: FORUM ends at α = ω inside conv{b_i}."""
     gen = torch.Generator().manual_seed(1)
     pb = ParetoQuadratic(torch.randn(3, 5, generator=gen, dtype=torch.float64))
     a, w = _run_quadratic(pb, 5, 5, mu=0.1, iterations=200, T=15)

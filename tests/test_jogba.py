@@ -1,6 +1,6 @@
 """JoGBa (Alg. 1), GraB (Algs. 3/4) and the simple orderings: exact semantics against an
-independent numpy transcription of the spec, the reductions, and the discrepancy gains
-calibrated by the spec's simulations (002 §5.2-5.3)."""
+independent numpy transcription of Alg. 1, the reductions, and the discrepancy gains
+calibrated by numpy simulations on static synthetic gradients."""
 
 import numpy as np
 import pytest
@@ -40,7 +40,7 @@ def make(cls, G, **kw):
 
 
 def numpy_jogba_epoch(G, perms, v, centering, norm, margins=None):
-    """The spec's reference sketch (002 §5.4), transcribed independently in numpy. ``margins``
+    """One epoch of Alg. 1 on precomputed gradients, transcribed independently in numpy. ``margins``
     (a list) collects each sign decision's relative margin (s ≠ 0) |‖s+g‖ − ‖s−g‖| / (‖s‖ + ‖g‖)."""
     M, K, d = G.shape
     new = np.empty_like(perms)
@@ -182,7 +182,7 @@ def test_stale_means():
 
 
 def test_reorder_lemma_holds_per_objective():
-    # max_j ‖prefix_j(π')‖∞ <= ½(max‖S_k‖∞ + max‖D_k‖∞) + ‖S_K‖∞ for any signs (spec C3 of §5.2).
+    # max_j ‖prefix_j(π')‖∞ <= ½(max‖S_k‖∞ + max‖D_k‖∞) + ‖S_K‖∞ for any signs (the reordering lemma behind GraB).
     gen = torch.Generator().manual_seed(11)
     for trial in range(50):
         K, d = 16 + trial, 3
@@ -196,7 +196,7 @@ def test_reorder_lemma_holds_per_objective():
 
 
 def test_greedy_signs_beat_random_signs():
-    # C1: median ratio of signed-prefix discrepancy, greedy / random, over 20 draws (d <= K/2).
+    # Median ratio of signed-prefix discrepancy, greedy / random, over 20 draws (d <= K/2).
     gen = torch.Generator().manual_seed(12)
     ratios = []
     for _ in range(20):
@@ -213,7 +213,7 @@ def test_greedy_signs_beat_random_signs():
 
 
 def test_single_objective_herding_improves_over_epochs():
-    # C2: K = 64, d = 8, static vectors with a mean offset, 8 epochs.
+    # K = 64, d = 8, static vectors with a mean offset, 8 epochs.
     ratios2, ratios8 = [], []
     for seed in range(6):
         G = gaussian_grads(1, 64, 8, seed=100 + seed, corr=0.0, offset=1.0)
@@ -238,7 +238,7 @@ def random_discrepancy(G, shared, gen, draws=10):
 
 
 def test_combined_discrepancy_far_below_random_orders():
-    # C3 (M = 3, K = 128, d = 16, correlation 0.6, 5 epochs, 6 instances); gates from the spec.
+    # M = 3, K = 128, d = 16, correlation 0.6, 5 epochs, 6 instances; gates calibrated on numpy simulations.
     gen = torch.Generator().manual_seed(13)
     lit, per, sep, rnd = [], [], [], []
     for inst in range(6):
@@ -310,7 +310,7 @@ def test_jogba_with_mgda_trains_digits_end_to_end():
 @pytest.mark.parametrize("ordering", ["random", "flipflop", "random_flipflop", "grab", "grab_separate", "jogba"])
 @pytest.mark.parametrize("aggregator", ["mean", "mgda"])
 def test_every_ordering_with_every_aggregator_smoke(ordering, aggregator):
-    # C7: small regression (64 samples, 3 heads, units of 4 samples), 3 epochs.
+    # Small regression (64 samples, 3 heads, units of 4 samples), 3 epochs.
     overrides = [f"aggregator.name={aggregator}", f"ordering.name={ordering}", "batch_size=8", "model.hidden=[16]",
                  "data.name=regression", "data.options={num_samples: 107, dim: 6}", "optim.lr=0.02"]
     runs = []

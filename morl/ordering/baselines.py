@@ -1,4 +1,4 @@
-"""Orders that ignore gradients: random reshuffling, FlipFlop and Random FlipFlop (JoGBa §2.5).
+"""Orders that ignore gradients: random reshuffling, FlipFlop and Random FlipFlop (JoGBa paper, §3.1 and §4).
 
 ``shared=True`` keeps one order for all objectives (the paper's main tables);
 ``shared=False`` draws/reverses an independent order per objective (its ablation).

@@ -15,7 +15,7 @@ def combined_discrepancy(orders: torch.Tensor, grads: torch.Tensor) -> torch.Ten
     """C = max_k ‖Σ_m Σ_{i<=k} (G[m, π^m(i)] − Ḡ_m)‖_∞ for ``grads`` [M, K, d], ``orders`` [M, K].
 
     With fixed λ = 1 and static gradients this is the deviation of the SGD path from the
-    mean path (JoGBa spec §5.3 C5).
+    mean path, the deviation that JoGBa's Propositions 3.8 and 3.10 bound.
     """
     m = torch.arange(grads.shape[0])[:, None]
     centred = grads - grads.mean(1, keepdim=True)

@@ -27,8 +27,8 @@ class JoGBa(Ordering):
     * ``joint_sum`` (default, literal): v_t = Σ_m mean_k ∇ℓ_m, one D-vector subtracted from
       every objective's gradient (Alg. 1 lines 10 and 19 as printed);
     * ``per_objective``: objective m is centred by its own stale mean v_{m,t} (as in Alg. 3)
-      while s stays shared -- the variant that beats per-objective GraB in the spec's
-      simulations (§2.8) and the one it recommends;
+      while s stays shared -- the variant that beats per-objective GraB in our
+      simulations (docs/jogba.md);
     * ``joint_mean``: v_t / M; ``none``: no centring.
 
     ``norm``: ``inf`` (paper) or ``l2`` (GraB reference code).

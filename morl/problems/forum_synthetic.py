@@ -1,4 +1,4 @@
-"""Bi-level test problems with known solution sets, for FORUM (spec 001 §5.3, §6.3).
+"""Bi-level test problems with known solution sets, for FORUM (Ye et al., arXiv:2401.09257).
 
 * :class:`Eq24Problem` — the paper's synthetic MOBLO (App. C, Eq. 24), α ∈ R, ω ∈ R²:
 
