@@ -347,8 +347,8 @@ class SupervisedMTL:
             self._task_names = [f"task{k}" for k in range(loss_sum.shape[0])]
         result = {f"{t}/loss": v for t, v in zip(self.task_names, (loss_sum / count).tolist())}
         if metric_sum is not None:
-            for name, spec_metric, v in zip(self.task_names, self.metric_names(), (metric_sum / count).tolist()):
-                result[f"{name}/{spec_metric}"] = v
+            for name, metric_name, v in zip(self.task_names, self.metric_names(), (metric_sum / count).tolist()):
+                result[f"{name}/{metric_name}"] = v
         return result
 
     def metric_names(self) -> list[str]:

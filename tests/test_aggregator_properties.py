@@ -1,4 +1,5 @@
-"""Properties every method promises, over many seeded random Jacobians (spec §5 of the anchors)."""
+"""Properties every method promises, over many seeded random Jacobians (in the style of TorchJD's
+``tests/unit/aggregation/_asserts.py``)."""
 
 import pytest
 import torch

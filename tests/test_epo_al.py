@@ -178,7 +178,7 @@ def test_planted_instance_all_sizes(kind, k):
 
 
 def test_two_objectives_random_instance_matches_cvxpy(gen):
-    """K=2: the EPO set is never empty; the limit is the global min-max solution (C3)."""
+    """K=2: the EPO set is never empty; the limit is the global min-max solution."""
     problem, r, w0 = toys.random_instance(2, 10, "convex", gen)
     agg = EPOAL(preference=r)
     w = toys.descend(problem, agg, w0, 0.1, 3000)

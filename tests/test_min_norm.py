@@ -1,4 +1,5 @@
-"""Min-norm solvers: closed form, iterative, regularised (spec T2, T3, Lemma 5, Lemma 6)."""
+"""Min-norm solvers: closed form, iterative, regularised (MoCo's Lemmas 5 and 6,
+Fernando et al., arXiv:2210.12624)."""
 
 import numpy as np
 import pytest
@@ -81,7 +82,7 @@ def test_lemma6_common_descent(gen):
 
 
 def test_lemma5_regularisation_gap(gen):
-    """0 ≤ ‖Gλ*_ρ‖² − ‖Gλ*‖² ≤ (ρ/2)(1 − 1/M) for (8) as written (spec T3)."""
+    """0 ≤ ‖Gλ*_ρ‖² − ‖Gλ*‖² ≤ (ρ/2)(1 − 1/M) for (8) as written (MoCo's Lemma 5)."""
     for k in (2, 3, 6):
         j = _jacobian(gen, k, 20)
         gram = j @ j.T

@@ -1,5 +1,5 @@
-"""MoCo: tracking (T6), reductions to SMG/MGDA (T7), the λ step's fixed point (T3), options,
-"X + MoCo", and the paper's central claim at a fixed point (S1/S2, spec §7.3)."""
+"""MoCo: tracking, reductions to SMG/MGDA, the λ step's fixed point, options, "X + MoCo", and the
+paper's central claim at a fixed point: SMG is biased, MoCo is not (Fernando et al., arXiv:2210.12624)."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Simplex projection (spec T1) and the softmax map."""
+"""Simplex projection and the softmax map."""
 
 import numpy as np
 import pytest
@@ -50,5 +50,5 @@ def test_softmax_map_is_not_a_projection():
     lam = torch.tensor([1.0, 0.0])
     out = softmax_map(lam)
     torch.testing.assert_close(out.sum(), torch.tensor(1.0))
-    # a simplex point is pulled toward uniform: for M=2 the range is [0.269, 0.731] (spec §2.2)
+    # a simplex point is pulled toward uniform: for M=2 the range is [1/(1+e), e/(1+e)] = [0.269, 0.731]
     assert abs(out[0].item() - 0.7311) < 1e-3

@@ -22,7 +22,7 @@ def test_closed_form_jacobian_equals_autograd(gen):
 
 
 def test_kink_convention_at_the_origin():
-    """torch's clamp passes the gradient at equality: ∇f(0,0) = (0, 10.856) for both (spec §3.1)."""
+    """torch's clamp passes the gradient at equality: ∇f(0,0) = (0, 10.856) for both."""
     _, jac = toy.jacobian(torch.zeros(2, dtype=torch.float64))
     torch.testing.assert_close(jac, torch.tensor([[0.0, 10.8564], [0.0, 10.8564]], dtype=torch.float64), atol=1e-4, rtol=0)
     _, jac2 = toy.jacobian(torch.zeros(2, dtype=torch.float64), f1_scale=2.0)
@@ -34,7 +34,7 @@ def test_front_is_pareto_stationary_and_wells_are_dominated():
     on_front = torch.stack([x1, torch.full_like(x1, toy.PARETO_X2)], -1)
     assert (toy.mgda_norm(on_front) < 0.02).all()
     assert (toy.dominated_margin(toy.objectives(on_front)) <= 1e-9).all()
-    wells = torch.tensor([[-5.0, 8.0], [5.0, 9.0]], dtype=torch.float64)  # where SMG stalls (spec §7.3)
+    wells = torch.tensor([[-5.0, 8.0], [5.0, 9.0]], dtype=torch.float64)  # where SMG stalls
     assert (toy.dominated_margin(toy.objectives(wells)) > 10).all()
 
 
@@ -114,7 +114,8 @@ def test_fast_moco_reaches_the_front_where_smg_stalls():
 @pytest.mark.slow
 @pytest.mark.parametrize("f1_scale", [1.0, 2.0])
 def test_full_fig2_config_70k_iterations(f1_scale):
-    """Spec §7.3 S3, faithful: Adam lr 0.0025/(k+1)^0.05, β_k = 5/(k+1)^0.5, σ = 1, 70k steps,
+    """The paper's Fig. 2 configuration (App. K.1), faithful: Adam lr 0.0025/(k+1)^0.05,
+    β_k = 5/(k+1)^0.5, σ = 1, 70k steps,
     all six starts. MGDA (exact gradients) and MoCo reach the front from every start; SMG ends
     dominated from at least one. (Several minutes per scale on a 2-core machine; not re-timed
     since MoCo became the vmapped registry aggregator.)"""

@@ -1,4 +1,5 @@
-"""The two-objective toy of CAGrad (Liu et al. 2021) used for MoCo's Figs. 1–3 (spec §3).
+"""The two-objective toy of CAGrad (Liu et al. 2021; the authors' code, ``CAGrad/toy.py``) used for
+MoCo's Figs. 1–3 (Fernando et al., ICLR 2023, arXiv:2210.12624, App. K.1).
 
 With x = (x1, x2) and LOWER = 5e-6:
 
@@ -8,7 +9,7 @@ With x = (x1, x2) and LOWER = 5e-6:
     f1 = f1_scale · (c1 h1 + c2 g1)    f2 = c1 h2 + c2 g2
 
 ``f1_scale`` is 1 in CAGrad and 2 in the MoCo authors' toy script. Gradients follow torch
-autograd's conventions, which matter here (spec §3.1): clamp passes the gradient where
+autograd's conventions, which matter here: clamp passes the gradient where
 input ≥ min, so ∇f(0, 0) ≠ 0, and abs′(0) = 0. The Pareto front is the segment
 x1 ∈ [−7, 7], x2 = PARETO_X2. Everything is batched over leading dims of ``x`` ([..., 2]).
 
@@ -33,7 +34,7 @@ PARETO_X2 = -8.3552
 INITS_PAPER = ((-8.5, 7.5), (-8.5, 5.0), (10.0, -8.0), (0.0, 0.0), (9.0, 9.0))
 #: starts of the authors' code (and CAGrad): (−8.5, −5) instead of the paper's (−8.5, 5)
 INITS_CODE = ((-8.5, 7.5), (-8.5, -5.0), (9.0, 9.0), (0.0, 0.0), (10.0, -8.0))
-#: the union: all six starts of spec §7.3 S3
+#: the union: all six starts (the paper's five and the code's (−8.5, −5))
 INITS_ALL = ((-8.5, 7.5), (-8.5, 5.0), (-8.5, -5.0), (10.0, -8.0), (0.0, 0.0), (9.0, 9.0))
 METHODS = ("mgda", "smg", "moco")
 
@@ -117,7 +118,8 @@ def mgda_norm(x: torch.Tensor, f1_scale: float = 1.0) -> torch.Tensor:
 
 @dataclass
 class ToyConfig:
-    """Spec §3.2 / Fig. 2 defaults: Adam lr0·(k+1)^-lr_pow, σ = 1, β_k = beta0/(k+1)^beta_pow."""
+    """Fig. 2 defaults (MoCo paper, App. K.1; σ = 1 from the MoCo authors' toy script):
+    Adam lr0·(k+1)^-lr_pow, σ = 1, β_k = beta0/(k+1)^beta_pow."""
 
     iters: int = 70_000
     lr0: float = 0.0025

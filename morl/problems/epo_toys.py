@@ -56,7 +56,7 @@ class AnchorProblem:
         return -torch.expm1(-sq)
 
     def jacobian(self, w: torch.Tensor) -> torch.Tensor:
-        """Rows are the gradients: [..., d] -> [..., K, d] (closed forms of spec section 5)."""
+        """Rows are the gradients: [..., d] -> [..., K, d] (closed forms of the paper's two families, §V)."""
         diff, sq = self._sq_dist(w)
         if self.kind == "convex":
             scale = torch.rsqrt(1.0 + sq)
@@ -87,7 +87,8 @@ def random_instance(k: int, d: int, kind: str = "convex", generator: torch.Gener
     """The paper's random setup: anchors and w0 on the sphere, r uniform on {r in simplex: r_k > 1/(3K)}.
 
     Returns ``(problem, preference, w0)``. Note: for K >= 3 the EPO set is often empty here
-    (spec 8.2), so exact fairness is not guaranteed; use :func:`planted_instance` for that.
+    (the min-max solution has only some objectives active), so exact fairness is not guaranteed; use
+    :func:`planted_instance` for that.
     """
     anchors = unit_sphere(k, d, generator, dtype)
     r = 1.0 / (3 * k) + (2.0 / 3.0) * dirichlet_ones(k, generator, dtype)
