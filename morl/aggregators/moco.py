@@ -11,7 +11,7 @@ with β_k = beta0 / (k + k0)^beta_pow and γ_k = gamma0 / (k + k0)^gamma_pow. ``
 ``order="paper"`` (Jacobi, Algorithm 1 as printed) uses Y_k, λ_k in both. ``lambda_map="exact"``
 replaces (9) by the exact min-norm (ρ-regularised) weights of Y, as in the authors' toy.
 With ``base=<aggregator name>`` the λ step is skipped and the direction is that aggregator
-applied to the tracked Y ("CAGrad + MoCo", spec §2.7). See docs/aggregators.md for the
+applied to the tracked Y ("CAGrad + MoCo", App. K.2 of the paper). See docs/aggregators.md for the
 per-experiment presets and every difference between the paper and the code.
 """
 
@@ -40,7 +40,7 @@ DEFAULTS: dict[str, Any] = dict(
     beta0=0.5, beta_pow=0.5, gamma0=0.1, gamma_pow=0.5, rho=0.0, k0=1, lambda_map="proj", order="code",
     grad_norm="none", lam_grad_scale=1.0, schedule="call", beta_clip=False, out_scale=1.0, lambda_gram="raw",
 )
-#: Per-experiment settings reconstructed in spec §2.8 (the paper's Table 10 is missing).
+#: Per-experiment settings reconstructed from the authors' code (the paper's Table 10 is missing).
 PRESETS: dict[str, dict[str, Any]] = {
     # authors' toy script: β_k = 5/(k+1)^0.5 (>1 for k < 24, kept), exact 2-task min-norm on Y
     "toy": dict(beta0=5.0, beta_pow=0.5, lambda_map="exact", rho=0.0),

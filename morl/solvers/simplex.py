@@ -24,7 +24,8 @@ def project_simplex(v: torch.Tensor) -> torch.Tensor:
 
 
 def softmax_map(v: torch.Tensor) -> torch.Tensor:
-    """Softmax of ``v`` along the last dim: MoCo's practical "projection" (spec §2.2).
+    """Softmax of ``v`` along the last dim: MoCo's practical "projection"
+    (arXiv:2210.12624, App. K.2: the Cityscapes and NYU-v2 runs).
 
     Not a projection: a point already in the simplex is pulled toward uniform.
     """
