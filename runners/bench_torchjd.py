@@ -74,9 +74,11 @@ def paired_methods() -> list[tuple[str, Pair, dict]]:
 
 def _interleaved(ours, theirs, repeats: int, budget_ms: float, per_pair: float) -> tuple[list[float], list[float]]:
     """Per-call ms of ``ours`` and ``theirs``, alternating (both already called once, taking
-    ``per_pair`` ms together); fewer pairs (at least 3) when a pair costs more than
-    ``budget_ms / repeats``."""
-    repeats = max(min(repeats, 3), min(repeats, int(budget_ms / max(per_pair, 1e-6))))
+    ``per_pair`` ms together); fewer pairs when a pair costs more than ``budget_ms / repeats``:
+    at least 3, or 1 when a single pair exceeds the whole budget (TorchJD's ConFIG at K = 100,
+    D = 1e6 takes ~30 s a call)."""
+    floor = 1 if per_pair > budget_ms else min(repeats, 3)
+    repeats = max(floor, min(repeats, int(budget_ms / max(per_pair, 1e-6))))
     a, b = [], []
     for _ in range(repeats):
         for fn, times in ((ours, a), (theirs, b)):
@@ -188,7 +190,7 @@ def run(args, machine: dict) -> int:
     check_finite = getattr(args, "check_finite", None) or "raise"
     print(f"morl check_finite={check_finite!r} (TorchJD checks nothing)")
     rows = time_against_torchjd(
-        QUICK_K if quick else FULL_K, QUICK_D if quick else FULL_D, repeats=2 if quick else 10, check_finite=check_finite,
+        QUICK_K if quick else FULL_K, QUICK_D if quick else FULL_D, repeats=2 if quick else 30, check_finite=check_finite,
     )
     print(summary(rows))
     if hasattr(os, "getloadavg"):
