@@ -48,7 +48,9 @@ def _pairs() -> dict[str, Pair]:
         "alignedmtl": Pair(lambda k: tj.AlignedMTL(), {"scale_mode": "min"}, "scale_mode='min'"),
         "config": Pair(lambda k: tj.ConFIG(), {}, "defaults"),
         "nashmtl": Pair(lambda k: tj.NashMTL(n_tasks=k), {"max_norm": 1.0, "update_weights_every": 1}, "max_norm=1, solve every call"),
-        "fairgrad": Pair(lambda k: tj.FairGrad(alpha=1.0), {"alpha": 1.0}, "alpha=1"),
+        "fairgrad": Pair(
+            lambda k: tj.FairGrad(alpha=1.0), {"alpha": 1.0, "max_norm": 0.0}, "alpha=1, no clip; morl keeps the authors' factor K (d = K x TorchJD's)",
+        ),
         "gradvac": Pair(lambda k: tj.GradVac(beta=0.5), {"beta": 0.5, "reduction": "sum"}, "beta=0.5; TorchJD sums: reduction='sum'"),
         "krum": Pair(lambda k: tj.Krum(n_byzantine=1, n_selected=1), {"n_byzantine": 1, "m": 1}, "n_byzantine=1, one selected (K >= 5)"),
     }
