@@ -188,9 +188,9 @@ def run(args, machine: dict) -> int:
         f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); load average at start {' '.join(f'{x:.2f}' for x in load)}"
     )
     print("medians of interleaved calls (ours, theirs, ours, ...); ratio = morl median / TorchJD median")
-    print(HEADER, flush=True)
     check_finite = getattr(args, "check_finite", None) or "raise"
     print(f"morl check_finite={check_finite!r} (TorchJD checks nothing)")
+    print(HEADER, flush=True)
     rows = time_against_torchjd(
         QUICK_K if quick else FULL_K, QUICK_D if quick else FULL_D, repeats=2 if quick else 30, check_finite=check_finite,
     )

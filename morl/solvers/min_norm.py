@@ -235,11 +235,16 @@ def min_norm_iterative(work, ridge, max_iter, tol, init) -> tuple[torch.Tensor, 
     if init is not None:
         return wolfe_steps(gram_r, g_hat, d, _fista_start(gram_r, init, max_iter, tol), tol, rounds=k + 10)
     lam = dropped_negatives_start(g_hat, d)
-    # The start is the affine minimiser on its support: optimal unless a row outside it violates
-    # the KKT condition. On CPU (a free flag read) that check replaces Wolfe's confirming round.
-    optimal = (kkt_violation(gram_r, lam, tol) <= 0).all(-1)
-    if lam.device.type == "cpu" and bool(optimal.all()):
-        return lam, optimal
+    # The start is the affine minimiser on its support: optimal when that is every row (the
+    # affine minimiser lies in the simplex), else unless a row outside it violates the KKT
+    # condition. On CPU (a free flag read) these checks replace Wolfe's confirming round.
+    if lam.device.type == "cpu":
+        optimal = (lam > 0).all(-1)
+        if bool(optimal.all()):
+            return lam, optimal
+        optimal = (kkt_violation(gram_r, lam, tol) <= 0).all(-1)
+        if bool(optimal.all()):
+            return lam, optimal
     return wolfe_steps(gram_r, g_hat, d, lam, tol, rounds=k + 10)
 
 
@@ -249,9 +254,12 @@ def dropped_negatives_start(g_hat, d) -> torch.Tensor:
     when gradients conflict mildly (the common case) the first solve is already optimal and
     Wolfe's first step only confirms the KKT conditions."""
     support = torch.ones(g_hat.shape[:-1], dtype=torch.bool, device=g_hat.device)
-    for _ in range(g_hat.shape[-1]):
-        m = support.to(g_hat.dtype)
-        y, ok = _normalise_weights(m * torch.linalg.solve(restricted(g_hat, m), m / d) / d)
+    for i in range(g_hat.shape[-1]):
+        if i == 0:  # every row: no masking needed
+            y, ok = _normalise_weights(torch.linalg.solve(g_hat, 1.0 / d) / d)
+        else:
+            m = support.to(g_hat.dtype)
+            y, ok = _normalise_weights(m * torch.linalg.solve(restricted(g_hat, m), m / d) / d)
         negative = support & (y < 0) & ok.unsqueeze(-1)
         support = support & ~negative
         if g_hat.device.type != "cpu" or not bool(negative.any()):  # CPU: reading a flag is free
