@@ -230,18 +230,19 @@ def min_norm_solve(
 def min_norm_iterative(work, ridge, max_iter, tol, init) -> tuple[torch.Tensor, torch.Tensor]:
     """Wolfe's steps from a feasible start: the active-set start (cold) or FISTA from ``init``."""
     work = work / gram_scale(work)
-    gram_r, g_hat, d = regularised(work, ridge)
+    g_hat, d = equilibrate(work, ridge)
     k = work.shape[-1]
     if init is not None:
+        gram_r = g_hat * (d.unsqueeze(-1) * d.unsqueeze(-2))
         return wolfe_steps(gram_r, g_hat, d, _fista_start(gram_r, init, max_iter, tol), tol, rounds=k + 10)
     lam = dropped_negatives_start(g_hat, d)
     # The start is the affine minimiser on its support: optimal when that is every row (the
     # affine minimiser lies in the simplex), else unless a row outside it violates the KKT
     # condition. On CPU (a free flag read) these checks replace Wolfe's confirming round.
+    if lam.device.type == "cpu" and bool((lam > 0).all()):
+        return lam, torch.ones(lam.shape[:-1], dtype=torch.bool)
+    gram_r = g_hat * (d.unsqueeze(-1) * d.unsqueeze(-2))  # G + ridge·D², the problem solved
     if lam.device.type == "cpu":
-        optimal = (lam > 0).all(-1)
-        if bool(optimal.all()):
-            return lam, optimal
         optimal = (kkt_violation(gram_r, lam, tol) <= 0).all(-1)
         if bool(optimal.all()):
             return lam, optimal
@@ -251,9 +252,9 @@ def min_norm_iterative(work, ridge, max_iter, tol, init) -> tuple[torch.Tensor, 
 def dropped_negatives_start(g_hat, d) -> torch.Tensor:
     """A feasible λ with λ_S ∝ G_SS⁻¹1 ≥ 0: start from all K rows, drop every row whose weight
     is negative, re-solve. Each round drops ≥ 1 row and Σλ_S = 1 keeps one, so ≤ K rounds;
-    when gradients conflict mildly (the common case) the first solve is already optimal and
-    Wolfe's first step only confirms the KKT conditions."""
+    when gradients conflict mildly (the common case) the first solve is already the optimum."""
     support = torch.ones(g_hat.shape[:-1], dtype=torch.bool, device=g_hat.device)
+    cpu = g_hat.device.type == "cpu"  # reading a flag is free there
     for i in range(g_hat.shape[-1]):
         if i == 0:  # every row: no masking needed
             y, ok = _normalise_weights(torch.linalg.solve(g_hat, 1.0 / d) / d)
@@ -261,9 +262,14 @@ def dropped_negatives_start(g_hat, d) -> torch.Tensor:
             m = support.to(g_hat.dtype)
             y, ok = _normalise_weights(m * torch.linalg.solve(restricted(g_hat, m), m / d) / d)
         negative = support & (y < 0) & ok.unsqueeze(-1)
-        support = support & ~negative
-        if g_hat.device.type != "cpu" or not bool(negative.any()):  # CPU: reading a flag is free
+        if not cpu:
+            support = support & ~negative
             break
+        if not bool(negative.any()):
+            if i == 0 and bool(ok.all()):  # all K rows kept: y ≥ 0 already sums to 1
+                return y
+            break
+        support = support & ~negative
     y = torch.where(support, y, torch.zeros_like(y)).clamp_min(0)
     total = y.sum(-1, keepdim=True)
     uniform = torch.full_like(y, 1.0 / y.shape[-1])
