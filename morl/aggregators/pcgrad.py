@@ -76,16 +76,16 @@ class PCGrad(GramianAggregator):
             return w / k if self.reduction == "mean" else w
         orders = self._draw_orders(k, gram.device)
         partners = orders.T  # [position, task i]: the partner j of row i at that position
-        # Everything that does not depend on the running coefficients, gathered once: G's row
-        # j for every (position, i), and −1/‖g_j‖², 0 where j = i or g_j = 0 (no step there).
-        rows_j = gram[partners]  # [K, K, K]
+        # What does not depend on the running coefficients, gathered once: −1/‖g_j‖² for every
+        # (position, i), 0 where j = i or g_j = 0 (no step there). G's partner rows are gathered
+        # per position: all at once is a [K, K, K] copy (8 MB at K = 100), slower than K small ones.
         sq_norm = torch.diagonal(gram)[partners]
         step_ok = (sq_norm > torch.finfo(gram.dtype).tiny) & (partners != torch.arange(k, device=gram.device))
         neg_inv = (step_ok / torch.where(step_ok, -sq_norm, torch.ones_like(sq_norm))).unsqueeze(-1)
         index = partners.unsqueeze(-1)
         coef = torch.eye(k, dtype=gram.dtype, device=gram.device)  # row i: g_i^PC in the g basis
         for pos in range(k):
-            dots = (coef * rows_j[pos]).sum(-1, keepdim=True)  # (C G)_{i, j_i}
+            dots = (coef * gram.index_select(0, partners[pos])).sum(-1, keepdim=True)  # (C G)_{i, j_i}
             # g_i^PC −= (dot / ‖g_j‖²) g_j only on a conflict (dot < 0)
             coef.scatter_add_(1, index[pos], dots.clamp_(max=0.0).mul_(neg_inv[pos]))
         w = coef.sum(0)
