@@ -186,3 +186,44 @@ def test_kkt_violation_units_and_rounding_floor():
         np.testing.assert_allclose(out[:, 1].numpy(), d - tol * 0.5 - floor, rtol=1e-12, atol=1e-30)
         np.testing.assert_allclose(out[:, 2].numpy(), 0.25 - tol * 0.5 - floor, rtol=1e-12)
         assert (out[:, 1] > 0).all() == (delta > tol / 2 + floor)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_closed_forms_keep_dtype_and_shape(dtype):
+    # K = 1 and K = 2 return λ in the Gramian's dtype, shaped [..., K], with a bool [...] flag.
+    for k in (1, 2):
+        gram = random_grams(1, k, seed=71)[0].to(dtype)
+        lam, done = min_norm_solve(gram)
+        assert lam.dtype == dtype and lam.shape == (k,) and done.dtype == torch.bool and done.shape == ()
+        assert abs(float(lam.sum()) - 1) < 1e-6
+    lam, done = min_norm_solve(torch.full((4, 1, 1), 2.0, dtype=dtype))
+    assert lam.shape == (4, 1) and done.shape == (4,) and torch.equal(lam, torch.ones(4, 1, dtype=dtype))
+
+
+def test_rho_enters_in_float64():
+    # ρ = 0.3 is not a float32 number (0.3 − fl32(0.3) ≈ 1.2e-8): λ must be the float64 answer
+    # for G + 0.3 I to 1e-12 (measured 5.6e-17; with ρ rounded to float32 λ moves 7.5e-10..2.1e-9).
+    grams = random_grams(2, 4, seed=81, shift=1.0)
+    lam = min_norm(grams / grams.diagonal(dim1=-2, dim2=-1).amax(-1)[:, None, None], rho=0.3)
+    for b in range(2):
+        g = grams[b].numpy() / np.diag(grams[b].numpy()).max()
+        np.testing.assert_allclose(lam[b].numpy(), exact_min_norm(ridged(g + 0.3 * np.eye(4), 1e-12)), rtol=0, atol=1e-12)
+
+
+def test_pareto_stationary_rows_give_the_zero_combination():
+    # g1 = (1, 0), g2 = (−1, δ), g3 = (−1, −δ): ½g1 + ¼g2 + ¼g3 = 0, so λ* = (½, ¼, ¼) while the
+    # pair {g1, g2} is within δ²/4 = 2.5e-7 of it: the first-tied-support rule must compare with
+    # a tolerance relative to the optimum (≈ ridge level here), not an absolute one.
+    rows = torch.tensor([[1.0, 0.0], [-1.0, 1e-3], [-1.0, -1e-3]], dtype=torch.float64)
+    lam = min_norm_exact(rows @ rows.T)
+    np.testing.assert_allclose(lam.numpy(), [0.5, 0.25, 0.25], rtol=0, atol=1e-6)
+
+
+def test_float32_warm_start_for_a_float32_gramian():
+    # aggregators pass λ of the previous step (float32) as init with a float32 Gramian
+    g32 = random_grams(1, 11, seed=91, shift=2.0)[0].to(torch.float32)
+    init = torch.full((11,), 1.0 / 11)
+    lam, done = min_norm_solve(g32, init=init)
+    assert lam.dtype == torch.float32 and bool(done)
+    ref = exact_min_norm(ridged(g32.double().numpy(), ridge_for(torch.float32)))
+    np.testing.assert_allclose(lam.double().numpy(), ref, rtol=0, atol=1e-6)
