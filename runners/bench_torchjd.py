@@ -52,6 +52,10 @@ def _pairs() -> dict[str, Pair]:
             lambda k: tj.FairGrad(alpha=1.0), {"alpha": 1.0, "max_norm": 0.0}, "alpha=1, no clip; morl keeps the authors' factor K (d = K x TorchJD's)",
         ),
         "gradvac": Pair(lambda k: tj.GradVac(beta=0.5), {"beta": 0.5, "reduction": "sum"}, "beta=0.5; TorchJD sums: reduction='sum'"),
+        "crmogm": Pair(
+            lambda k: tj.GramianWeightedAggregator(tj.CRMOGMWeighting(tj.MGDAWeighting(), alpha=0.9)),
+            {"base": "mgda", "alpha": 0.9}, "MGDA weights smoothed with alpha=0.9 (TorchJD: CRMOGMWeighting(MGDAWeighting()))",
+        ),
         "krum": Pair(lambda k: tj.Krum(n_byzantine=1, n_selected=1), {"n_byzantine": 1, "m": 1}, "n_byzantine=1, one selected (K >= 5)"),
     }
 
