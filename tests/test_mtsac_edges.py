@@ -170,3 +170,36 @@ def test_defaults_wired_into_the_agent():
     assert not any(p.requires_grad for p in agent.critic_target.parameters())
     out = agent.update(_batch(0), 0)  # diagnostics default on: conflict statistics reported for mean
     assert {"grad_norm_task", "grad_cos_min", "nonfinite_streak"} <= set(out)
+
+
+class _FirstTask(morl.Aggregator):
+    """d = g_1 (weights e_1), and it keeps what it was given and the losses it saw."""
+
+    def aggregate(self, grads, losses):
+        self.seen, self.seen_losses = grads.detach().clone(), losses
+        self.weights = torch.zeros(grads.shape[0], dtype=grads.dtype, device=grads.device)
+        self.weights[0] = 1.0
+        return grads[0]
+
+
+@pytest.mark.parametrize("mode", ["actor", "actor_trunk"])
+def test_the_aggregated_direction_is_what_reaches_the_actor(mode):
+    # The aggregator's direction (here task 1's gradient) is written into .grad of exactly the
+    # aggregated parameters (all, or the trunk); the others get the mean-loss gradient.
+    agent = _agent(_FirstTask(check_finite="skip"), aggregate=mode, multi_head=True)
+    agent.update(_batch(0), 0)
+    seen = agent.aggregator.seen
+    assert agent.aggregator.seen_losses is not None and agent.aggregator.seen_losses.shape == (T,)
+    trunk = set(agent.actor.trunk_parameter_names())
+    picked = [(n, p) for n, p in agent.actor.named_parameters() if mode == "actor" or n in trunk]
+    assert seen.shape == (T, sum(p.numel() for _, p in picked))
+    written = torch.cat([(agent.actor_opt.state[p]["exp_avg"] / 0.1).reshape(-1) for _, p in picked])
+    torch.testing.assert_close(written, seen[0], rtol=1e-5, atol=1e-7)
+    assert float((seen[0] - seen.mean(0)).norm()) > 0.1 * float(seen[0].norm())  # not the mean
+
+
+def test_a_batch_with_the_wrong_task_count_is_refused():
+    agent = _agent("mean")
+    batch = {k: v[:2] for k, v in _batch(0).items()}
+    with pytest.raises(ValueError, match="batch"):
+        agent.update(batch, 0)
