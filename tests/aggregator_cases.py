@@ -52,8 +52,8 @@ CASES: dict[str, Case] = {
     # solution exists, d = 0 at (rounding-level) Pareto-stationary inputs. d is clipped to
     # ‖d‖ ≤ max_norm and does not scale with J, so the suite's scale-relative tolerances
     # (× max‖g_k‖) do not fit permutation invariance: it is checked relative to ‖d‖ there.
-    "nash_mtl": Case(non_conflicting=True, stateful=True),
-    "fairgrad": Case(non_conflicting=True),
+    "nash_mtl": Case(non_conflicting=True, permutation_invariant=True, stateful=True),
+    "fairgrad": Case(non_conflicting=True, permutation_invariant=True),
     # stochastic weight updates on J₁J₂ᵀ (tests/test_sdmgrad_modo.py): λ/w start uniform and
     # persist. SDMGrad steps on A / (mean row norm)², so its weights do not depend on the scale;
     # MoDo steps on the raw A (γ must suit the scale), so it is not linear. SDMGrad is

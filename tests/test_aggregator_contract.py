@@ -158,11 +158,14 @@ def test_strong_stationarity(name, options, case, dtype, gen):
 @pytest.mark.parametrize("name, options, case", _select("permutation_invariant"), ids=_ids(_select("permutation_invariant")))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_permutation_invariance(name, options, case, dtype, gen):
+    """Relative to the larger of ‖d‖ and max‖g_k‖: Nash-MTL and FairGrad return a clipped,
+    scale-free d (‖d‖ ≈ 1 for gradients of norm 1e-12), the others a d that scales with J."""
     for label, j in cases(gen, dtype, ks=(3, 6, 15)):
         perm = torch.randperm(j.shape[0], generator=gen)
         d = _call(build(name, **options), j).double()
         dp = _call(build(name, **options), j[perm]).double()
-        assert (dp - d).norm() <= 10 * REL_TOL[dtype] * j.double().norm(dim=1).max(), label
+        unit = torch.maximum(d.norm(), j.double().norm(dim=1).max())
+        assert (dp - d).norm() <= 10 * REL_TOL[dtype] * unit, label
 
 
 @pytest.mark.parametrize("name, options, case", _select("linear"), ids=_ids(_select("linear")))

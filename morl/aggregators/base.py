@@ -68,6 +68,10 @@ class Aggregator(torch.nn.Module):
     #: False for loss weightings: their weights depend on the losses only, so learners skip
     #: the per-task Jacobian and backpropagate ``weights · losses`` once (see LossWeighting).
     needs_grads: bool = True
+    #: True when the direction is ``weights @ grads`` (so ``weights`` are coefficients of the
+    #: rows, which wrappers such as CR-MOGM average); False for coordinate-wise methods
+    #: (GradDrop, trimmed mean) and for MoCo, whose weights apply to its tracked gradients.
+    direction_is_weighted: bool = True
     #: Buffers that count events; the skip policy never rolls them back.
     _COUNTERS = ("nonfinite_steps", "not_converged")
 

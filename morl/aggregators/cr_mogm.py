@@ -72,7 +72,7 @@ def _build_base(base: str, base_options: dict | None) -> Aggregator:
         agg = build(base, **{"check_finite": "off", **(base_options or {})})  # the wrapper checks its input
     except ValueError as err:
         raise ValueError(f"CRMOGM option base_options: {err}") from None
-    if not getattr(agg, "direction_is_weighted", True):
+    if not agg.direction_is_weighted:
         weighted = [n for n in available() if getattr(_class_of(n), "direction_is_weighted", True)]
         raise ValueError(f"CRMOGM option base={base!r} is not valid (its direction is not weights @ grads); allowed: {', '.join(weighted)}")
     return agg
