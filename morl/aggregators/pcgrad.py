@@ -6,8 +6,8 @@ For each task i, in its own random order over j ≠ i:
 
 Every g_i^PC is a combination Σ_k C_ik g_k of the original rows, so the whole procedure runs
 on the K×K Gramian: g_i^PC · g_j = (C G)_ij. The K task rows are processed together; the Python
-loops are over the K positions in the random orders (a few K×K tensor ops each, the partners'
-Gramian rows gathered once beforehand) and the K draws.
+loops are over the K positions in the random orders (5 small K×K tensor ops each; 1/‖g_j‖² of
+every partner gathered once beforehand) and the K draws. K = 2 is a closed form.
 """
 
 from __future__ import annotations
