@@ -203,3 +203,37 @@ def test_a_batch_with_the_wrong_task_count_is_refused():
     batch = {k: v[:2] for k, v in _batch(0).items()}
     with pytest.raises(ValueError, match="batch"):
         agent.update(batch, 0)
+
+
+def _first_moments(opt, params):
+    return [opt.state[p]["exp_avg"] / 0.1 for p in params]  # = the step's gradient after one Adam step
+
+
+def test_a_loss_weighting_on_the_critics_scales_critic_t_by_T_w_t():
+    # UW starts at w_t = 1/(2σ²) = 0.5: one backward of T·Σ w_t L_t gives critic t the gradient
+    # T·w_t·∇L_t = 1.5·∇L_t (what the [T, D] path of the same weighting would give).
+    agg, plain = _agent("uw", aggregate_critic=True), _agent("mean")
+    agg.update(_batch(0), 0)
+    plain.update(_batch(0), 0)
+    w = agg.critic_aggregator.weights
+    assert torch.allclose(w, torch.full((T,), 0.5))
+    for got, ref in zip(_first_moments(agg.critic_opt, list(agg.critic.parameters())),
+                        _first_moments(plain.critic_opt, list(plain.critic.parameters()))):
+        for t in range(T):
+            torch.testing.assert_close(got[t], T * w[t] * ref[t], rtol=1e-4, atol=1e-6 * float(ref.abs().max()))
+
+
+@pytest.mark.parametrize("mode", ["actor", "actor_trunk"])
+def test_a_loss_weighting_on_the_actor(mode):
+    # UW (w_t = 0.5): the aggregated parameters get Σ_t w_t ∇L_t = 1.5 × the mean-loss gradient,
+    # the others (heads, with actor_trunk) the mean-loss gradient; the reported weights are UW's.
+    uw, mean = _agent("uw", aggregate=mode, multi_head=True), _agent("mean", aggregate=mode, multi_head=True)
+    out = uw.update(_batch(0), 0)
+    mean.update(_batch(0), 0)
+    torch.testing.assert_close(out["agg_weights"], torch.full((T,), 0.5))
+    trunk = set(uw.actor.trunk_parameter_names())
+    names = [n for n, _ in uw.actor.named_parameters()]
+    for n, got, ref in zip(names, _first_moments(uw.actor_opt, list(uw.actor.parameters())),
+                           _first_moments(mean.actor_opt, list(mean.actor.parameters()))):
+        factor = 1.5 if (mode == "actor" or n in trunk) else 1.0
+        torch.testing.assert_close(got, factor * ref, rtol=1e-4, atol=1e-6 * float(ref.abs().max()))
