@@ -50,6 +50,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "base", "_checks", "_warm_start", "mean", "mgda", "smg", "pcgrad", "cagrad", "moco", "epo_al")],
         [
             "tests/test_aggregator_contract.py",  # table-driven; imports tests/jacobians.py, tests/aggregator_cases.py
+            "tests/test_aggregator_weights.py",
             "tests/test_aggregator_properties.py",
             "tests/test_aggregators_reference.py",
             "tests/test_cagrad_exact.py",
