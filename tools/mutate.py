@@ -51,6 +51,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [
             "tests/test_aggregator_contract.py",  # table-driven; imports tests/jacobians.py, tests/aggregator_cases.py
             "tests/test_aggregator_weights.py",
+            "tests/test_aggregator_torchjd.py",  # MGDA, PCGrad, CAGrad vs TorchJD (2.5 s)
             "tests/test_aggregator_properties.py",
             "tests/test_aggregators_reference.py",
             "tests/test_cagrad_exact.py",
