@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import torch
 
-from morl.aggregators._checks import check_choice, check_number
+from morl.aggregators._checks import check_choice
+from morl.aggregators._seeded import SeededDraws
 from morl.aggregators.base import GramianAggregator
 
 REDUCTIONS = ("mean", "sum")
 
 
-class PCGrad(GramianAggregator):
+class PCGrad(SeededDraws, GramianAggregator):
     """Projecting conflicting gradients.
 
     Options: ``seed`` (0) seeds the ``torch.Generator`` that draws the task orders, so runs are
@@ -33,40 +34,9 @@ class PCGrad(GramianAggregator):
 
     def __init__(self, seed: int = 0, reduction: str = "mean", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        check_number("PCGrad", "seed", seed, integer=True)
+        self._init_seed("PCGrad", seed)
         check_choice("PCGrad", "reduction", reduction, REDUCTIONS)
-        self.seed = seed
         self.reduction = reduction
-        self.generator = torch.Generator().manual_seed(seed)
-        self._device_generators: dict[str, torch.Generator] = {}
-
-    def reset(self) -> None:
-        super().reset()
-        self.generator.manual_seed(self.seed)
-        self._device_generators = {}
-
-    def get_extra_state(self) -> dict:
-        # generator states are uint8 tensors: safe under torch.load(weights_only=True)
-        return {
-            "generator": self.generator.get_state(),
-            "device_generators": {dev: g.get_state() for dev, g in self._device_generators.items()},
-        }
-
-    def set_extra_state(self, state: dict) -> None:
-        self.generator.set_state(state["generator"])
-        self._device_generators = {}
-        for dev, gen_state in state.get("device_generators", {}).items():
-            self._generator_for(torch.device(dev)).set_state(gen_state)
-
-    def _generator_for(self, device: torch.device) -> torch.Generator:
-        if device.type == "cpu":
-            return self.generator
-        if device.type == "meta":  # shapes only (the no-sync checks): nothing to draw
-            return None
-        key = str(device)
-        if key not in self._device_generators:
-            self._device_generators[key] = torch.Generator(device=device).manual_seed(self.seed)
-        return self._device_generators[key]
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[0]
