@@ -22,6 +22,11 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: 1 with --against, else torch's)")
     parser.add_argument(
+        "--methods", default=None,
+        help="with --against: comma-separated morl method names to time (default: every paired method)",
+    )
+    parser.add_argument("--ks", default=None, help="with --against: comma-separated K values (default: 2,10,50,100; --quick 2,5)")
+    parser.add_argument(
         "--check-finite", choices=("raise", "skip", "off"), default=None,
         help="with --against: morl's check_finite option (default raise, the library default)",
     )
@@ -37,6 +42,9 @@ def main(args) -> int:
         raise UserError("--against applies to `morl bench aggregators` only")
     if getattr(args, "check_finite", None) and not getattr(args, "against", None):
         raise UserError("--check-finite applies with --against only")
+    for opt in ("methods", "ks"):
+        if getattr(args, opt, None) is not None and not getattr(args, "against", None):
+            raise UserError(f"--{opt} applies with --against only")
     if getattr(args, "threads", None) is not None and args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
     import torch

@@ -180,6 +180,28 @@ def _cpu_model() -> str:
         return ""
 
 
+def _selection(args, quick: bool) -> tuple[list[str] | None, tuple[int, ...]]:
+    """``--methods a,b`` (morl names of paired methods) and ``--ks 2,10``, checked."""
+    from runners.errors import UserError
+
+    methods = getattr(args, "methods", None)
+    if methods is not None:
+        methods = [m.strip() for m in methods.split(",") if m.strip()]
+        paired = [name for name, _, _ in paired_methods()]
+        unknown = [m for m in methods if m not in paired]
+        if unknown or not methods:
+            raise UserError(f"--methods: {', '.join(unknown) or 'empty'} not valid; allowed: {', '.join(paired)}")
+    ks = QUICK_K if quick else FULL_K
+    if getattr(args, "ks", None) is not None:
+        try:
+            ks = tuple(int(k) for k in args.ks.split(","))
+        except ValueError:
+            raise UserError(f"--ks must be comma-separated integers, got {args.ks!r}") from None
+        if not ks or min(ks) < 1:
+            raise UserError(f"--ks values must be >= 1, got {args.ks!r}")
+    return methods, ks
+
+
 def run(args, machine: dict) -> int:
     import importlib.metadata
     import os
@@ -193,11 +215,10 @@ def run(args, machine: dict) -> int:
     )
     print("medians of interleaved calls (ours, theirs, ours, ...); ratio = morl median / TorchJD median")
     check_finite = getattr(args, "check_finite", None) or "raise"
+    methods, ks = _selection(args, quick)
     print(f"morl check_finite={check_finite!r} (TorchJD checks nothing)")
     print(HEADER, flush=True)
-    rows = time_against_torchjd(
-        QUICK_K if quick else FULL_K, QUICK_D if quick else FULL_D, repeats=2 if quick else 30, check_finite=check_finite,
-    )
+    rows = time_against_torchjd(ks, QUICK_D if quick else FULL_D, repeats=2 if quick else 30, methods=methods, check_finite=check_finite)
     print(summary(rows))
     if hasattr(os, "getloadavg"):
         print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

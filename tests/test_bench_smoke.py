@@ -58,3 +58,17 @@ def test_bench_against_torchjd_quick(tmp_path, capsys):
 def test_bench_against_needs_the_aggregators_target(capsys):
     assert main(["bench", "rl", "--against", "torchjd"]) == 2
     assert "--against applies to `morl bench aggregators` only" in capsys.readouterr().err
+
+
+def test_bench_against_torchjd_method_filter(tmp_path, capsys):
+    """`--methods` and `--ks` restrict the side-by-side table to the chosen cells."""
+    out = tmp_path / "against.json"
+    args = ["bench", "aggregators", "--against", "torchjd", "--quick", "--methods", "mgda,upgrad", "--ks", "3", "--out", str(out)]
+    assert main(args) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["method"], r["K"]) for r in rows} == {("mgda", 3), ("upgrad", 3)}
+    capsys.readouterr()
+    assert main(["bench", "aggregators", "--against", "torchjd", "--quick", "--methods", "nope"]) == 2
+    assert "--methods: nope not valid" in capsys.readouterr().err
+    assert main(["bench", "aggregators", "--methods", "mgda"]) == 2
+    assert "--methods applies with --against only" in capsys.readouterr().err
