@@ -76,6 +76,12 @@ class Aggregator(torch.nn.Module):
     direction_is_weighted: bool = True
     #: Buffers that count events; the skip policy never rolls them back.
     _COUNTERS = ("nonfinite_steps", "not_converged")
+    #: (direction, grads, weights, largest diag of J Jᵀ as a float) of the last call, for
+    #: _output_finite; set on CPU only (where that float was read anyway)
+    _out_bound: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float] | None = None
+    #: a direction whose entries are bounded by this is finite, with room for the rounding of
+    #: G's diagonal and of the sums in w @ J (a factor 16 on |d_i|, 256 on G)
+    _OUT_LIMIT = {dt: torch.finfo(dt).max / 16 for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
 
     def __init__(self, check_finite: str = "raise") -> None:
         super().__init__()
@@ -155,9 +161,27 @@ class Aggregator(torch.nn.Module):
         """[K] bools for the non-finite policy (overridden where a cheaper test exists)."""
         return _finite_rows(grads)
 
+    def _weighted(self, w: torch.Tensor, grads: torch.Tensor, top: float | None) -> torch.Tensor:
+        """``w @ grads``, remembering what :meth:`_output_finite` needs when ``top`` (the
+        largest diagonal entry of grads @ grads.T, read on CPU) is known."""
+        direction = w @ grads
+        if top is not None and self.check_finite != "off":  # "off" would never release it
+            self.__dict__["_out_bound"] = (direction, grads, w, top)
+        return direction
+
     def _output_finite(self, direction: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:
-        """0-d bool: ``direction`` (computed from the finite ``grads``) has no NaN/inf. One
-        min/max pass over [D] here; overridden where a K-sized test is exact."""
+        """0-d bool: ``direction`` (computed from the finite ``grads``) has no NaN/inf."""
+        # A min/max pass over [D], unless the direction came from _weighted with a known scale:
+        # d = wᵀJ with finite rows: |d_i| ≤ Σ_k |w_k| |J_ki| ≤ ‖w‖₁ · max_k sqrt(G_kk), so when
+        # that bound is far below the dtype's largest number d is finite: a K-sized test instead
+        # of a pass over [D] (0.3 of a 1 ms call at K = 2, D = 1e6). Only on CPU, where the
+        # largest G_kk was already read as a float, so reading ‖w‖₁ is no synchronisation; when
+        # the bound fails (huge weights or rows) the exact [D] pass decides.
+        bound = self.__dict__.pop("_out_bound", None)
+        if bound is not None and bound[0] is direction and bound[1] is grads and direction.dtype in self._OUT_LIMIT:
+            l1 = float(bound[2].detach().abs().sum(dtype=torch.float64))
+            if l1 * math.sqrt(bound[3]) < self._OUT_LIMIT[direction.dtype]:  # False for NaN
+                return torch.ones((), dtype=torch.bool, device=direction.device)
         return _all_finite(direction)
 
     def _check_inputs(self, grads, losses):
@@ -226,12 +250,6 @@ class GramianAggregator(Aggregator):
     """
 
     _gram_of: tuple[torch.Tensor, torch.Tensor, float | None] | None = None
-    #: (direction, grads, weights, largest diag of J Jᵀ as a float) of the last call, for
-    #: _output_finite; set on CPU only (where that float was read anyway)
-    _out_bound: tuple[torch.Tensor, torch.Tensor, torch.Tensor, float] | None = None
-    #: a direction whose entries are bounded by this is finite, with room for the rounding of
-    #: G's diagonal and of the sums in w @ J (a factor 16 on |d_i|, 256 on G)
-    _OUT_LIMIT = {dt: torch.finfo(dt).max / 16 for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
     #: gram_scale's threshold (sqrt of the smallest normal number) per dtype, looked up once
     _TINY_SCALE = {dt: torch.finfo(dt).tiny ** 0.5 for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
 
@@ -245,39 +263,28 @@ class GramianAggregator(Aggregator):
         return torch.isfinite(torch.diagonal(gram))
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
+        w, top = self._gram_weights(grads)
+        self._buffers["weights"] = w  # the registered buffer, as nn.Module.__setattr__ would set it
+        return self._weighted(w, grads, top)
+
+    def _cached_gramian(self, grads: torch.Tensor) -> tuple[torch.Tensor, float | None]:
+        """(G, its largest diagonal entry as a float or None): the input check's, or formed now."""
+        cached = self.__dict__.pop("_gram_of", None)
+        return cached[1:] if cached is not None and cached[0] is grads else gramian_and_top(grads)
+
+    def _gram_weights(self, grads: torch.Tensor) -> tuple[torch.Tensor, float | None]:
+        """(weights in the gradients' dtype, largest G_kk as a float or None) for this call:
+        everything but the product wᵀJ (wrappers such as CR-MOGM form their own)."""
         # One pass over [K, D] for G, then G / max diag: the methods' weights are scale-free in
         # G. G stays in the gradients' dtype so that solvers know how precisely it is known
         # (their ridges and tolerances are a few rounding units of it); they solve in float64.
-        cached = self.__dict__.pop("_gram_of", None)
-        gram, top = cached[1:] if cached is not None and cached[0] is grads else gramian_and_top(grads)
+        gram, top = self._cached_gramian(grads)
         # On CPU the largest diagonal entry was already read as a float: divide by it directly
         gram = gram / (top if top is not None and top > self._TINY_SCALE[gram.dtype] else gram_scale(gram))
         w = self.weights_from_gramian(gram)
         if w.dtype != grads.dtype:
             w = w.to(grads.dtype)
-        self._buffers["weights"] = w  # the registered buffer, as nn.Module.__setattr__ would set it
-        return self._weighted(w, grads, top)
-
-    def _weighted(self, w: torch.Tensor, grads: torch.Tensor, top: float | None) -> torch.Tensor:
-        """``w @ grads``, remembering what :meth:`_output_finite` needs when ``top`` (the
-        largest diagonal entry of grads @ grads.T, read on CPU) is known."""
-        direction = w @ grads
-        if top is not None and self.check_finite != "off":  # "off" would never release it
-            self.__dict__["_out_bound"] = (direction, grads, w, top)
-        return direction
-
-    def _output_finite(self, direction: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:
-        # d = wᵀJ with finite rows: |d_i| ≤ Σ_k |w_k| |J_ki| ≤ ‖w‖₁ · max_k sqrt(G_kk), so when
-        # that bound is far below the dtype's largest number d is finite: a K-sized test instead
-        # of a pass over [D] (0.3 of a 1 ms call at K = 2, D = 1e6). Only on CPU, where the
-        # largest G_kk was already read as a float, so reading ‖w‖₁ is no synchronisation; when
-        # the bound fails (huge weights or rows) the exact [D] pass decides.
-        bound = self.__dict__.pop("_out_bound", None)
-        if bound is not None and bound[0] is direction and bound[1] is grads and direction.dtype in self._OUT_LIMIT:
-            l1 = float(bound[2].detach().abs().sum(dtype=torch.float64))
-            if l1 * math.sqrt(bound[3]) < self._OUT_LIMIT[direction.dtype]:  # False for NaN
-                return torch.ones((), dtype=torch.bool, device=direction.device)
-        return _all_finite(direction)
+        return w, top
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -20,7 +20,6 @@ from morl.aggregators._checks import check_number
 from morl.aggregators.base import GramianAggregator
 from morl.aggregators.nash_mtl import clip_weights
 from morl.solvers.alpha_fair import alpha_fair_solve
-from morl.solvers.gramian import gramian
 
 
 class FairGrad(GramianAggregator):
@@ -46,13 +45,10 @@ class FairGrad(GramianAggregator):
         self.max_iter = max_iter
         self.tol = float(tol)
 
-    def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
+    def _gram_weights(self, grads: torch.Tensor) -> tuple[torch.Tensor, float | None]:
         # w scales as ‖g‖^(−2α/(α+1)): the Gramian is used in the gradients' units
-        cached, self._gram_of = self._gram_of, None
-        gram = cached[1] if cached is not None and cached[0] is grads else gramian(grads)
-        w = self.weights_from_gramian(gram).to(grads.dtype)
-        self.weights = w
-        return w @ grads
+        gram, top = self._cached_gramian(grads)
+        return self.weights_from_gramian(gram).to(grads.dtype), top
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         """K·w (clipped) for ``gram`` = J Jᵀ in the gradients' units."""

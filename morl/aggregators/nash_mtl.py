@@ -19,7 +19,6 @@ import torch
 from morl.aggregators._checks import check_number
 from morl.aggregators.base import GramianAggregator
 from morl.solvers.alpha_fair import alpha_fair_solve
-from morl.solvers.gramian import gramian
 
 
 def clip_weights(gram: torch.Tensor, w: torch.Tensor, max_norm: float) -> torch.Tensor:
@@ -58,13 +57,10 @@ class NashMTL(GramianAggregator):
         self._step = 0
         self.register_buffer("alpha", None)
 
-    def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
+    def _gram_weights(self, grads: torch.Tensor) -> tuple[torch.Tensor, float | None]:
         # α lives in the gradients' units (α ~ 1/‖g‖), so the Gramian is NOT normalised here
-        cached, self._gram_of = self._gram_of, None
-        gram = cached[1] if cached is not None and cached[0] is grads else gramian(grads)
-        w = self.weights_from_gramian(gram).to(grads.dtype)
-        self.weights = w
-        return w @ grads
+        gram, top = self._cached_gramian(grads)
+        return self.weights_from_gramian(gram).to(grads.dtype), top
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         """Clipped Nash weights for ``gram`` = J Jᵀ in the gradients' units (any scale)."""
