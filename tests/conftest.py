@@ -10,6 +10,23 @@ import torch
 # machine and far faster on a busy one (thread oversubscription costs 20-30x here).
 torch.set_num_threads(1)
 
+# Mutation testing (tools/mutate.py sets MORL_FORK_SAFE_SOLVERS=1): mutmut runs the tests once
+# in its own process, then forks one child per mutant. Clarabel's default LDL solver (faer)
+# waits in the child on a rayon thread pool whose threads did not survive the fork: the test
+# hangs and mutmut scores the hang as a kill (a timeout). Clarabel's QDLDL solver is
+# single-threaded; the references it computes are the same optimum.
+if os.environ.get("MORL_FORK_SAFE_SOLVERS"):
+    import clarabel
+
+    _ClarabelSettings = clarabel.DefaultSettings
+
+    def _single_threaded_settings():
+        settings = _ClarabelSettings()
+        settings.direct_solve_method, settings.max_threads = "qdldl", 1
+        return settings
+
+    clarabel.DefaultSettings = _single_threaded_settings
+
 # What libraries keep in $TMPDIR by design and may reuse across runs: kept where it was, not
 # counted as litter. Ray (Flower's simulation backend) writes its session logs to $TMPDIR/ray and
 # never deletes them: they go with this session's folder.

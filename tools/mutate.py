@@ -21,6 +21,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "mutants"
 
+_AGGREGATOR_TESTS = (
+    "tests/test_aggregator_contract.py",  # table-driven; imports tests/jacobians.py, tests/aggregator_cases.py
+    "tests/test_aggregator_weights.py",
+    "tests/test_aggregator_torchjd.py",  # MGDA, PCGrad, CAGrad vs TorchJD (2.5 s)
+    "tests/test_aggregator_properties.py",
+    "tests/test_aggregators_reference.py",
+    "tests/test_cagrad_exact.py",
+    "tests/test_moco.py",
+    "tests/test_epo_al.py",
+    "tests/test_toy_moco.py",
+    "tests/test_mgda_edges.py",  # after the per-file MGDA run (e371019)
+)
+
 # module -> (files to mutate, fast test files that cover it + pytest options). Order: the brief's, aggregators last.
 MODULES: dict[str, tuple[list[str], list[str]]] = {
     "morl/gradients.py": (["morl/gradients.py"], ["tests/test_gradients.py", "tests/test_gradients_exact.py"]),
@@ -48,17 +61,30 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "morl/aggregators": (
         [f"morl/aggregators/{name}.py" for name in (
             "base", "_checks", "_warm_start", "mean", "mgda", "smg", "pcgrad", "cagrad", "moco", "epo_al")],
-        [
-            "tests/test_aggregator_contract.py",  # table-driven; imports tests/jacobians.py, tests/aggregator_cases.py
-            "tests/test_aggregator_weights.py",
-            "tests/test_aggregator_torchjd.py",  # MGDA, PCGrad, CAGrad vs TorchJD (2.5 s)
-            "tests/test_aggregator_properties.py",
-            "tests/test_aggregators_reference.py",
-            "tests/test_cagrad_exact.py",
-            "tests/test_moco.py",
-            "tests/test_epo_al.py",
-            "tests/test_toy_moco.py",
-        ],
+        list(_AGGREGATOR_TESTS),
+    ),
+    # Per-file selections of the same method files (measured at a commit; docs/testing.md): the
+    # whole contract suite per mutant costs ~100 s for base.py and 1-2 min for MGDA, so each file
+    # gets only the rows that name its method (`-k`, case-insensitive; mutmut passes
+    # pytest_add_cli_args_test_selection to the stats run that maps tests to functions, and then
+    # runs a mutant only against the mapped tests of that selection).
+    "morl/aggregators/mgda.py": (  # smg.py: an MGDA subclass with nothing to mutate
+        [f"morl/aggregators/{name}.py" for name in ("mgda", "smg")],
+        [*_AGGREGATOR_TESTS, "-k", "mgda or smg"],
+    ),
+    "morl/aggregators/cagrad.py": (
+        ["morl/aggregators/cagrad.py"],
+        [*_AGGREGATOR_TESTS, "-k", "cagrad"],
+    ),
+    "morl/aggregators/moco.py": (
+        ["morl/aggregators/moco.py"],
+        [*_AGGREGATOR_TESTS, "-k", "moco"],
+    ),
+    # The shared machinery, against the rows of two cheap methods (Mean, PCGrad) and MoCo (the
+    # warm-start user): every row reaches base.py, so the full suite would repeat it 600 times.
+    "morl/aggregators/base.py": (
+        [f"morl/aggregators/{name}.py" for name in ("base", "_warm_start", "_checks")],
+        [*_AGGREGATOR_TESTS, "-k", "mean or pcgrad or moco or warm or check or error or invalid"],
     ),
 }
 LINKS = ("morl", "agents", "tests", "configs")  # copied by mutmut into its work tree
@@ -103,12 +129,13 @@ def main(argv: list[str]) -> int:
     if "--jobs" in argv:
         i = argv.index("--jobs")
         jobs, argv = argv[i + 1], argv[:i] + argv[i + 2:]
-    modules = [m.rstrip("/") for m in argv] or list(MODULES)
+    # default: every module once (the per-file aggregator keys repeat parts of morl/aggregators)
+    modules = [m.rstrip("/") for m in argv] or [m for m in MODULES if not m.startswith("morl/aggregators/")]
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
         print(f"mutate: unknown MODULE {unknown}; choose from {', '.join(MODULES)}", file=sys.stderr)
         return 2
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MORL_FORK_SAFE_SOLVERS": "1"}  # tests/conftest.py
     mutmut = Path(sys.executable).parent / "mutmut"
     for module in modules:
         print(f"== {module}", flush=True)
