@@ -34,8 +34,17 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices
 from torch.nn import functional as F
 
 import morl
-from envs.vector import MultiTaskVecEnv
 from morl.gradients import per_task_grads, write_grads
+
+
+#: What SB3VecEnv reads of a multi-task vector env (envs.MultiTaskVecEnv has them). Checked by
+#: shape rather than by class: learners do not import environments (the runner hands them one).
+_VEC_ENV_ATTRS = ("num_envs", "num_tasks", "task_ids", "single_observation_space", "single_action_space", "reset", "step", "close")
+
+
+def is_multitask_vec_env(env) -> bool:
+    """True for an ``envs.MultiTaskVecEnv`` or anything with its interface."""
+    return not isinstance(env, VecEnv) and all(hasattr(env, a) for a in _VEC_ENV_ATTRS)
 
 
 class SB3VecEnv(VecEnv):
@@ -46,8 +55,8 @@ class SB3VecEnv(VecEnv):
     so SB3's ``rollout/ep_rew_mean`` and ``rollout/success_rate`` work unchanged.
     """
 
-    def __init__(self, env: MultiTaskVecEnv) -> None:
-        if not isinstance(env, MultiTaskVecEnv):
+    def __init__(self, env) -> None:
+        if not is_multitask_vec_env(env):
             raise ValueError(f"SB3VecEnv wraps an envs.MultiTaskVecEnv (from envs.make_env), got {type(env).__name__}")
         self.env = env
         self._actions: np.ndarray | None = None
@@ -161,7 +170,7 @@ class MultiTaskSAC(SAC):
 
     @staticmethod
     def _wrap_env(env, verbose: int = 0, monitor_wrapper: bool = True) -> VecEnv:
-        if isinstance(env, MultiTaskVecEnv):
+        if is_multitask_vec_env(env):
             env = SB3VecEnv(env)
         return SAC._wrap_env(env, verbose, monitor_wrapper)
 

@@ -15,39 +15,15 @@ per-sample losses and metrics (accuracy for classification, MSE for regression),
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
 from morl.gradients import per_task_grads, write_grads
+from morl.tasks import TaskSpec  # re-exported: the learner takes specs
 
 __all__ = ["TaskSpec", "MultiTaskLoss", "MultiHeadMLP", "SupervisedMTL"]
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """One task: ``classification`` with ``num_classes`` logits, or scalar ``regression``."""
-
-    name: str
-    kind: Literal["classification", "regression"]
-    num_classes: int = 0
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("classification", "regression"):
-            raise ValueError(f"task {self.name!r}: kind {self.kind!r} is not valid; allowed: classification, regression")
-        if self.kind == "classification" and self.num_classes < 2:
-            raise ValueError(f"task {self.name!r}: a classification task needs num_classes >= 2, got {self.num_classes}")
-
-    @property
-    def out_dim(self) -> int:
-        return self.num_classes if self.kind == "classification" else 1
-
-    @property
-    def metric(self) -> str:
-        """The task's evaluation metric: ``accuracy`` (higher is better) or ``mse`` (lower)."""
-        return "accuracy" if self.kind == "classification" else "mse"
 
 
 class MultiTaskLoss:

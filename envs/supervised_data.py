@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agents.supervised import TaskSpec
+from morl.tasks import TaskSpec
 
 __all__ = ["MultiTaskData", "DATASETS", "load_dataset", "digits", "digits_pair", "synthetic_regression", "mnist1d", "from_file"]
 
