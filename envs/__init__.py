@@ -6,8 +6,8 @@
 
 from __future__ import annotations
 
-from envs.evaluation import default_eval_episodes, evaluate_policy
-from envs.vector import MultiTaskVecEnv
+from morl.envs.evaluation import default_eval_episodes, evaluate_policy
+from morl.envs.vector import MultiTaskVecEnv
 
 PROTOCOLS = ("mtrl", "metaworld_v3")
 
@@ -40,12 +40,12 @@ def make_env(
     if not isinstance(name, str):
         raise ValueError(f"env name must be a string, one of {', '.join(available_envs())}; got {name!r}")
     if name == "point_mass":
-        from envs.point_mass import PointMassEnv
+        from morl.envs.point_mass import PointMassEnv
 
         kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
         return PointMassEnv(num_tasks=4 if num_tasks is None else num_tasks, envs_per_task=envs_per_task, seed=seed, **kwargs)
     if name in ("mt10", "mt50") or name.startswith("mt1:"):
-        from envs.metaworld_env import MetaWorldVecEnv, mt1_task_names
+        from morl.envs.metaworld_env import MetaWorldVecEnv, mt1_task_names
 
         if name.startswith("mt1:") and name[4:] not in mt1_task_names():
             raise ValueError(f"unknown Meta-World task {name[4:]!r} in {name!r}; valid tasks: {', '.join(mt1_task_names())}")

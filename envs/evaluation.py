@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from envs.vector import MultiTaskVecEnv
+from morl.envs.vector import MultiTaskVecEnv
 
 PROTOCOL_EVAL_EPISODES = {"mtrl": 1, "metaworld_v3": 50}
 

@@ -10,7 +10,7 @@ Why not ``gym.make_vec("Meta-World/MT10")``: it passes the same seed to every su
 ``envs_per_task``, returns ``final_obs`` as an object array, and its wrapper stack costs ~15%
 of the step time. We build the same sub-envs from Meta-World's public benchmark API
 (``metaworld.MT10(seed)``, ``Task`` objects, ``env.set_task``) and do the episodic bookkeeping
-once, in :class:`envs.vector.MultiTaskVecEnv`. Goal choice is the only randomness of a
+once, in :class:`morl.envs.vector.MultiTaskVecEnv`. Goal choice is the only randomness of a
 Meta-World episode once a task is set (``_freeze_rand_vec``), and it is drawn from our own
 seeded ``numpy`` generators, never from the global RNG Meta-World falls back on.
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.vector import MultiTaskVecEnv
+from morl.envs.vector import MultiTaskVecEnv
 
 PROTOCOL_EPISODE_STEPS = {"mtrl": 150, "metaworld_v3": 500}
 # Offsets that keep the seed streams of training goals, evaluation goals and mtrl's fixed goals apart.

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.vector import MultiTaskVecEnv
+from morl.envs.vector import MultiTaskVecEnv
 
 
 class PointMassEnv(MultiTaskVecEnv):

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from runners.errors import UserError
+from morl.runners.errors import UserError
 
 PREVIOUS_SUFFIX = ".prev"
 _NDARRAY = "__morl_ndarray__"

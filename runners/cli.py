@@ -10,17 +10,18 @@ import argparse
 import importlib
 import sys
 
-from runners.errors import UserError
+from morl.runners.errors import UserError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("runners.train", "train a multi-task RL agent from a YAML config"),
-    "eval": ("runners.evaluate", "evaluate the latest checkpoint of a run directory"),
-    "resume": ("runners.resume", "continue a run from its last checkpoint"),
-    "supervised": ("runners.supervised", "train a supervised multi-task model from a YAML config"),
-    "fl": ("runners.fl", "run federated learning (FedAvg, FedProx, FedMGDA+, MosT)"),
-    "prompt": ("runners.prompt", "train a mixture of soft prompts with MosT"),
-    "forum": ("runners.forum", "FORUM multi-objective bi-level optimisation (hyper-cleaning, loss weights)"),
-    "bench": ("runners.bench", "run a benchmark (aggregators, rl, most)"),
+    "train": ("morl.runners.train", "train a multi-task RL agent from a YAML config"),
+    "eval": ("morl.runners.evaluate", "evaluate the latest checkpoint of a run directory"),
+    "resume": ("morl.runners.resume", "continue a run from its last checkpoint"),
+    "supervised": ("morl.runners.supervised.run", "train a supervised multi-task model from a YAML config"),
+    "fl": ("morl.runners.fl.run", "run federated learning (FedAvg, FedProx, FedMGDA+, MosT)"),
+    "prompt": ("morl.runners.prompt.run", "train a mixture of soft prompts with MosT"),
+    "forum": ("morl.runners.forum.run", "FORUM multi-objective bi-level optimisation (hyper-cleaning, loss weights)"),
+    "sb3": ("morl.runners.sb3", "train the stable-baselines3 adapter with SB3's learn() and print evaluations"),
+    "bench": ("morl.runners.bench.command", "run a benchmark (aggregators, rl, most, envs)"),
 }
 
 
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from runners.run_dir import release_run_dirs
+    from morl.runners.run_dir import release_run_dirs
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 
-from runners.errors import UserError
+from morl.runners.errors import UserError
 
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
@@ -165,6 +165,6 @@ def load_config(cls: type, path: str | os.PathLike | None, overrides: list[str] 
 
 
 def save_config(cfg: Any, path: str | os.PathLike) -> None:
-    from runners.checkpoint import atomic_write_text
+    from morl.runners.checkpoint import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))

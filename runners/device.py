@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from runners.errors import UserError
+from morl.runners.errors import UserError
 
 
 def resolve_device(name: str) -> torch.device:

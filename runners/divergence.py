@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from runners.errors import UserError
+from morl.runners.errors import UserError
 
 EXIT_DIVERGED = 3
 ADVICE = "try a lower learning rate ({lrs}){clip}"

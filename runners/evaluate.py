@@ -11,7 +11,7 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from runners.rl_runs import evaluate_run
+    from morl.runners.rl.runs import evaluate_run
 
     evaluate_run(args.run_dir, checkpoint=args.checkpoint, episodes=args.episodes, device=args.device)
     return 0

@@ -1,23 +1,66 @@
-"""The terminal progress bar of a training run: steps, rate, ETA and the latest evaluation."""
+"""The terminal progress bar of a run: units done, rate over a moving window, ETA, latest evaluation."""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 
 from tqdm import tqdm
 
+WINDOW_SECONDS = 60.0  # the rate is measured over the last minute, so a fast warm-up is forgotten within one
+BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+
+
+class WindowRate:
+    """Units per second over the last ``window`` seconds (at least the last two samples)."""
+
+    def __init__(self, window: float = WINDOW_SECONDS) -> None:
+        self.window = window
+        self.samples: deque[tuple[float, int]] = deque()
+
+    def add(self, now: float, position: int) -> None:
+        self.samples.append((now, position))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window:
+            self.samples.popleft()
+
+    def rate(self) -> float:
+        if len(self.samples) < 2:
+            return float("nan")
+        (t0, p0), (t1, p1) = self.samples[0], self.samples[-1]
+        return (p1 - p0) / (t1 - t0) if t1 > t0 else float("nan")
+
+
+def format_eta(seconds: float) -> str:
+    if not seconds == seconds or seconds == float("inf"):  # NaN or unknown
+        return "?"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60:02d}:{rest % 60:02d}"
+
 
 class Progress:
-    """A tqdm bar over vector-env steps. ``enabled=None`` shows it only on a terminal."""
+    """A tqdm bar over the run's units. ``enabled=None`` shows it only on a terminal."""
 
-    def __init__(self, total: int, initial: int = 0, desc: str = "train", enabled: bool | None = None) -> None:
+    def __init__(self, total: int, initial: int = 0, desc: str = "train", enabled: bool | None = None, unit: str = "step") -> None:
         disable = (not sys.stderr.isatty()) if enabled is None else not enabled
-        self.bar = tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True, disable=disable, smoothing=0.05)
+        self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, disable=disable, bar_format=BAR_FORMAT)
         self.fields: dict[str, str] = {}
-        self.total, self.initial, self.start = total, initial, time.monotonic()
+        self.total, self.initial, self.position, self.unit = total, initial, initial, unit
+        self.start = self._shown = time.monotonic()
+        self.window = WindowRate()
+        self.window.add(self.start, initial)
 
     def advance(self, n: int = 1) -> None:
+        self.position += n
+        now = time.monotonic()
+        self.window.add(now, self.position)
+        if now - self._shown >= 1.0 or self.position >= self.total:
+            self._shown = now
+            rate = self.window.rate()
+            self.fields["rate"] = f"{rate:.3g} {self.unit}/s" if rate == rate else "?"
+            self.fields["eta"] = format_eta((self.total - self.position) / rate if rate > 0 else float("nan"))
+            self.bar.set_postfix(self.fields, refresh=False)
         self.bar.update(n)
 
     def show(self, **fields: float | str) -> None:
@@ -26,23 +69,21 @@ class Progress:
             self.fields[key] = f"{value:.3g}" if isinstance(value, float) else str(value)
         self.bar.set_postfix(self.fields, refresh=False)
 
-    def heartbeat(self, step: int, estimate: bool = True) -> None:
+    def heartbeat(self, position: int, estimate: bool = True) -> None:
         """Off a terminal (nohup, CI, a log file) print one plain status line instead of a bar.
 
-        The ETA uses the rate since the previous heartbeat: the random-action warm-up runs far
-        faster than training and would make an average-since-start ETA much too short. With
-        ``estimate=False`` (during the warm-up) no ETA is printed at all.
+        The ETA uses the moving-window rate; with ``estimate=False`` (e.g. during an RL warm-up,
+        which runs far faster than training) no ETA is printed at all.
         """
         if not self.bar.disable:
             return
         now = time.monotonic()
-        last_step, last_time = getattr(self, "_last", (self.initial, self.start))
-        self._last = (step, now)
-        rate = (step - last_step) / (now - last_time) if now > last_time and step > last_step else float("nan")
-        eta = (self.total - step) / rate if rate > 0 else float("nan")
-        fields = " ".join(f"{k}={v}" for k, v in self.fields.items())
-        eta_text = f"eta {eta / 3600:.1f} h" if estimate else "eta after warm-up"
-        print(f"step {step}/{self.total} elapsed {(now - self.start) / 60:.1f} min {eta_text} {fields}", file=sys.stderr, flush=True)
+        rate = self.window.rate()
+        eta = (self.total - position) / rate if rate > 0 else float("nan")
+        fields = " ".join(f"{k}={v}" for k, v in self.fields.items() if k not in ("rate", "eta"))
+        eta_text = f"eta {format_eta(eta)}" if estimate else "eta after warm-up"
+        print(f"{self.unit} {position}/{self.total} elapsed {(now - self.start) / 60:.1f} min {eta_text} {fields}".rstrip(),
+              file=sys.stderr, flush=True)
 
     def message(self, text: str) -> None:
         """A line above the bar (also printed when the bar is hidden)."""

@@ -22,15 +22,15 @@ def add_arguments(parser) -> None:
 # A run's kind, recognised by top-level keys only its config has: (keys, runner module).
 # RL runs (``morl train``) are everything else.
 KINDS = (
-    (("prompts", "dispatcher"), "runners.prompt"),
-    (("strategy", "engine"), "runners.fl"),
-    (("data", "epochs"), "runners.supervised"),
+    (("prompts", "dispatcher"), "morl.runners.prompt.run"),
+    (("strategy", "engine"), "morl.runners.fl.run"),
+    (("data", "epochs"), "morl.runners.supervised.run"),
 )
 
 
 def _runner_of(run_dir) -> str | None:
-    from runners.config import read_yaml
-    from runners.run_dir import CONFIG_FILE, existing_run_dir
+    from morl.runners.config import read_yaml
+    from morl.runners.run_dir import CONFIG_FILE, existing_run_dir
 
     cfg = read_yaml(existing_run_dir(run_dir) / CONFIG_FILE)
     return next((module for keys, module in KINDS if all(k in cfg for k in keys)), None)
@@ -43,7 +43,7 @@ def main(args) -> int:
 
         runner = importlib.import_module(module)
         return runner.main(argparse.Namespace(config=None, overrides=args.overrides, resume=args.run_dir))
-    from runners.rl_runs import resume_run
+    from morl.runners.rl.runs import resume_run
 
     resume_run(args.run_dir, args.overrides, progress=False if args.no_progress else None)
     return 0

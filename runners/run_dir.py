@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runners.errors import UserError
+from morl.runners.errors import UserError
 
 CONFIG_FILE = "config.yaml"
 CHECKPOINT_DIR = "checkpoints"
@@ -46,7 +46,7 @@ def claim_run_dir(run_dir: str | Path) -> None:
     killed checkpoint write left behind (safe only once the lock is held)."""
     import fcntl
 
-    from runners.checkpoint import remove_orphans
+    from morl.runners.checkpoint import remove_orphans
 
     key = str(Path(run_dir).resolve())
     if key in _held_locks:
@@ -114,7 +114,7 @@ def config_or_resume(schema, args, resume_keys: tuple[str, ...], command: str):
     On resume the run's own config.yaml is loaded and only ``resume_keys`` may be overridden
     (the positional CONFIG slot then holds an override too); the run must have a checkpoint.
     """
-    from runners.config import load_config
+    from morl.runners.config import load_config
 
     if not args.resume:
         if args.config is None:
@@ -135,7 +135,7 @@ def check_config_unchanged(run_dir: Path, config: dict[str, Any], overrides: lis
     """Refuse to resume when ``config.yaml`` no longer equals the config the checkpoint was
     written with, except for keys given explicitly as overrides on this command line."""
     if stored is None:
-        from runners.checkpoint import torch_load
+        from morl.runners.checkpoint import torch_load
 
         stored = torch_load(last_checkpoint(run_dir)).get("config")
     if stored is None:
@@ -161,7 +161,7 @@ def drop_records_after(path: str | Path, step: int) -> None:
     so the resumed run writes them again instead of twice."""
     import json
 
-    from runners.checkpoint import atomic_write_text
+    from morl.runners.checkpoint import atomic_write_text
 
     path = Path(path)
     if path.is_file():

@@ -10,8 +10,8 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
-    from runners.rl_config import load_rl_config
-    from runners.rl_runs import start_run
+    from morl.runners.rl.config import load_rl_config
+    from morl.runners.rl.runs import start_run
 
     cfg = load_rl_config(args.config, args.overrides)
     start_run(cfg, progress=False if args.no_progress else None)

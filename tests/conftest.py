@@ -60,7 +60,7 @@ def _tests_leave_no_temp_files(tmp_path_factory):
         shutil.rmtree(root, ignore_errors=True)
     if left:
         pytest.fail(f"tests left {left} in $TMPDIR (removed); write to tmp_path, or configure the library "
-                    f"that made them (e.g. SB3-*: agents.sb3.folderless_logger)", pytrace=False)
+                    f"that made them (e.g. SB3-*: morl.agents.rl.sb3.folderless_logger)", pytrace=False)
 
 
 def _user() -> str:

@@ -2,9 +2,9 @@
 
 import torch
 
-from agents.federated import client as C
-from agents.federated.model import build as build_model
-from envs import fl_data
+from morl.agents.federated import client as C
+from morl.agents.federated.model import build as build_model
+from morl.envs.data import federated as fl_data
 
 
 def tiny_round():

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import morl
-from agents.mtsac import MTSAC, MTSACConfig
-from agents.sb3 import MultiTaskSAC
-from agents.supervised import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
-from envs import make_env
+from morl.agents.rl.mtsac import MTSAC, MTSACConfig
+from morl.agents.rl.sb3 import MultiTaskSAC
+from morl.agents.supervised.multitask import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
+from morl.envs import make_env
 from morl.aggregators import available
 
 NAMES = available()

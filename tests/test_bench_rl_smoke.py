@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from runners import bench_rl
-from runners.cli import main as morl
+from morl.runners.bench import rl as bench_rl
+from morl.runners.cli import main as morl
 
 
 def test_bench_measures_every_aggregator_and_sb3_on_the_fast_env():
@@ -29,8 +29,7 @@ def test_bench_measures_every_aggregator_and_sb3_on_the_fast_env():
 
 
 def test_sb3_baseline_has_the_same_network_sizes_and_batch():
-    import envs
-
+    import morl.envs as envs
     model = bench_rl.sb3_model(envs.make_env("point_mass", seed=0), [32, 32], 64, torch.device("cpu"))
     linears = [m for m in model.actor.latent_pi.modules() if isinstance(m, torch.nn.Linear)]
     assert [m.out_features for m in linears] == [32, 32] and model.batch_size == 64

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from morl.aggregators import available
-from runners.cli import main
+from morl.runners.cli import main
 
 
 def test_bench_aggregators_quick(tmp_path, capsys):
@@ -35,7 +35,7 @@ def test_bench_rejects_missing_cuda(capsys):
 def test_bench_against_torchjd_quick(tmp_path, capsys):
     """`--against torchjd --quick`: every registered method TorchJD also has, side by side on
     tiny sizes, with the option mapping printed (no timing assertions)."""
-    from runners.bench_torchjd import QUICK_D, QUICK_K, paired_methods
+    from morl.runners.bench.torchjd import QUICK_D, QUICK_K, paired_methods
 
     out, threads = tmp_path / "against.json", torch.get_num_threads()
     assert main(["bench", "aggregators", "--against", "torchjd", "--quick", "--out", str(out)]) == 0

@@ -15,8 +15,8 @@ import pytest
 import torch
 import yaml
 
-from runners.checkpoint import atomic_torch_save, from_safe, to_safe, torch_load
-from runners.cli import main as morl
+from morl.runners.checkpoint import atomic_torch_save, from_safe, to_safe, torch_load
+from morl.runners.cli import main as morl
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = str(ROOT / "configs" / "quickstart_point_mass.yaml")
@@ -99,7 +99,7 @@ def test_a_malicious_checkpoint_runs_nothing_in_a_subprocess_either(run_dir, tmp
     marker = tmp_path / "pwned"
     with open(evil / "checkpoints" / "last.pt", "wb") as fh:
         pickle.dump(Exploit(marker), fh)  # a plain (legacy-format) pickle
-    proc = subprocess.run([sys.executable, "-m", "runners.cli", "resume", str(evil)], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "morl.runners.cli", "resume", str(evil)], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("morl: error: ")
@@ -218,7 +218,7 @@ def test_an_output_path_that_is_a_file_gives_one_line_and_leaves_it(tmp_path, ca
 
 
 def test_a_full_disk_leaves_no_half_created_run_directory(tmp_path, capsys, monkeypatch):
-    import runners.checkpoint as ckpt
+    import morl.runners.checkpoint as ckpt
 
     def full(*args, **kwargs):
         raise OSError(28, "No space left on device", str(tmp_path / "runs"))
@@ -238,7 +238,7 @@ def test_a_second_process_on_the_same_run_directory_is_refused(run_dir, tmp_path
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held.write("4242\n")
         held.flush()
-        proc = subprocess.run([sys.executable, "-m", "runners.cli", "resume", str(run), "run.total_steps=60"], cwd=ROOT,
+        proc = subprocess.run([sys.executable, "-m", "morl.runners.cli", "resume", str(run), "run.total_steps=60"], cwd=ROOT,
                               capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "in use by another morl process (pid 4242)" in proc.stderr

@@ -7,8 +7,8 @@ import pytest
 import torch
 import yaml
 
-from runners.checkpoint import torch_load
-from runners.cli import main as morl
+from morl.runners.checkpoint import torch_load
+from morl.runners.cli import main as morl
 
 QUICK = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart_point_mass.yaml")
 TINY = [

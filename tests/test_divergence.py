@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runners.cli import main as morl
+from morl.runners.cli import main as morl
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = str(ROOT / "configs" / "quickstart_point_mass.yaml")
@@ -108,7 +108,7 @@ def test_huge_actor_lr_through_the_real_command_line(tmp_path):
     # The same run as a user starts it (16 s, mostly imports): exit status 3, no traceback.
     out_dir = tmp_path / "runs"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "runners.cli", "train", *ACTOR_LR_RUN, f"run.out_dir={out_dir}", "--no-progress"],
+    proc = subprocess.run([sys.executable, "-m", "morl.runners.cli", "train", *ACTOR_LR_RUN, f"run.out_dir={out_dir}", "--no-progress"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stdout
@@ -118,7 +118,7 @@ def test_huge_actor_lr_through_the_real_command_line(tmp_path):
 def test_isolated_nonfinite_updates_are_skipped_reported_and_the_run_goes_on(tmp_path, capsys, monkeypatch):
     # NaN critic losses injected on updates 3 and 11 (steps 24 and 32): both are skipped, the run
     # finishes normally, the terminal reports 2 skipped updates in the interval ending at step 40.
-    from agents.mtsac import MTSAC
+    from morl.agents.rl.mtsac import MTSAC
 
     calls = {"n": 0}
     original = MTSAC._critic_losses_eager
@@ -178,7 +178,7 @@ def test_adam_step_bound_holds_for_the_worst_gradient_sequence(betas, steps, tig
     # on that sequence (coordinate 0) and on random ones; |dtheta| / lr never exceeds the bound.
     # With betas (0.5, 0.9) the bias corrections have faded by step 120 (0.9^120 = 3e-6), so the
     # worst sequence reaches the bound to 0.1% (it is the least upper bound, not a loose one).
-    from agents.mtsac import _adam_step_bound
+    from morl.agents.rl.mtsac import _adam_step_bound
 
     b1, b2 = betas
     p = torch.zeros(3, dtype=torch.float64, requires_grad=True)
@@ -200,7 +200,7 @@ def test_adam_step_bound_holds_for_the_worst_gradient_sequence(betas, steps, tig
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_a_skipped_adam_step_leaves_parameters_and_state_bitwise(fused):
-    from agents.mtsac import _guarded_step
+    from morl.agents.rl.mtsac import _guarded_step
 
     p = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
     opt = torch.optim.Adam([p], lr=1e-3, fused=fused, foreach=None if fused else True)
@@ -219,7 +219,7 @@ def test_a_skipped_adam_step_leaves_parameters_and_state_bitwise(fused):
 
 @pytest.mark.parametrize("optim", ["adam", "sgd"])
 def test_supervised_adapter_undoes_a_nonfinite_step(optim):
-    from agents.supervised import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
+    from morl.agents.supervised.multitask import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
     from morl.aggregators import build
 
     specs = [TaskSpec("a", "regression"), TaskSpec("b", "regression")]
@@ -247,7 +247,7 @@ def test_a_huge_learning_rate_never_overflows_a_parameter():
     # lr = 1e36 with a constant gradient: each Adam step moves the weight by exactly lr (m/sqrt(v) = 1),
     # so plain Adam overflows float32 (3.4e38) after ~340 steps. The guard takes steps only while
     # max|θ| + 2 lr bound stays finite: about fmax / (2 lr 7.27) = 23 steps, then skips them all.
-    from agents.mtsac import _adam, _guarded_step
+    from morl.agents.rl.mtsac import _adam, _guarded_step
 
     plain = torch.nn.Parameter(torch.zeros(2))
     guarded = torch.nn.Parameter(torch.zeros(2))

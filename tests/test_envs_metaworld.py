@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import metaworld
-from envs import evaluate_policy, make_env
+from morl.envs import evaluate_policy, make_env
 from metaworld.env_dict import MT10_V3
 from metaworld.policies import ENV_POLICY_MAP
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from envs import default_eval_episodes, evaluate_policy, make_env
-from envs.point_mass import PointMassEnv
+from morl.envs import default_eval_episodes, evaluate_policy, make_env
+from morl.envs.point_mass import PointMassEnv
 
 
 def oracle(env):

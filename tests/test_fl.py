@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from agents.federated import strategies as S
-from envs import fl_data
-from runners import fl as fl_runner
-from runners.errors import UserError
+from morl.agents.federated import strategies as S
+from morl.envs.data import federated as fl_data
+from morl.runners.fl import run as fl_runner
+from morl.runners.errors import UserError
 
 
 def test_synthetic_generator_shapes_and_heterogeneity():

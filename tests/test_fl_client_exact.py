@@ -1,4 +1,4 @@
-"""agents.federated.client.masked_accuracy on a padded client, against a count done by hand.
+"""morl.agents.federated.client.masked_accuracy on a padded client, against a count done by hand.
 
 Clients are padded to a common length; only the first ``count`` rows are real. With a linear
 classifier whose weights are the identity (θ = [I, 0]), the prediction of row x is argmax x, so
@@ -7,8 +7,8 @@ the expected accuracy is a plain count over the real rows.
 
 import torch
 
-from agents.federated.client import masked_accuracy
-from agents.federated.model import FlatClassifier
+from morl.agents.federated.client import masked_accuracy
+from morl.agents.federated.model import FlatClassifier
 
 
 def test_accuracy_counts_only_the_real_rows():

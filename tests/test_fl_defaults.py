@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from agents.federated import client as C
-from agents.federated import strategies as S
+from morl.agents.federated import client as C
+from morl.agents.federated import strategies as S
 from fl_fixtures import tiny_round
 
 

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from agents.federated import client as C
-from agents.federated import strategies as S
-from agents.federated.simulator import Federation, InProcessEngine, LocalConfig
+from morl.agents.federated import client as C
+from morl.agents.federated import strategies as S
+from morl.agents.federated.simulator import Federation, InProcessEngine, LocalConfig
 from fl_fixtures import uneven_round
 
 LR, STEPS, BATCH = 0.1, 6, 5

@@ -8,7 +8,7 @@ sum 1: Δθ_j = Σ_i Γ_ij Δ_ij / Σ_i Γ_ij, computed here from an identical M
 
 import torch
 
-from agents.federated import strategies as S
+from morl.agents.federated import strategies as S
 from morl.most import MosT
 
 

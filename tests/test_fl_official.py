@@ -8,14 +8,14 @@ import re
 import pytest
 import torch
 
-from agents.federated import client as C
-from agents.federated import strategies as S
-from agents.federated.model import build as build_model
-from envs import fl_data
+from morl.agents.federated import client as C
+from morl.agents.federated import strategies as S
+from morl.agents.federated.model import build as build_model
+from morl.envs.data import federated as fl_data
 from fl_fixtures import tiny_round
 from morl.most import MosT
-from runners import fl as fl_runner
-from runners.cli import main as morl
+from morl.runners.fl import run as fl_runner
+from morl.runners.cli import main as morl
 
 
 def _most(m=2, warm_start=True):
@@ -35,7 +35,7 @@ def _cfg(rounds=6, **most):
 
 
 def _spy_federation(monkeypatch):
-    from agents.federated import simulator
+    from morl.agents.federated import simulator
 
     seen = {}
     orig = simulator.Federation.run_round

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from agents.federated import simulator
-from runners.checkpoint import torch_load
-from runners.cli import main as morl
+from morl.agents.federated import simulator
+from morl.runners.checkpoint import torch_load
+from morl.runners.cli import main as morl
 from state_equality import assert_state_equal
 
 # The official round exercises every piece of resumable state: pair sampling with cached stale

@@ -5,12 +5,12 @@ huge updates derails FedAvg but not Krum or the trimmed mean (strategies ``krum`
 import pytest
 import torch
 
-from agents.federated import strategies as S
-from agents.federated.model import build as build_model
-from agents.federated.simulator import Federation, InProcessEngine, LocalConfig
-from envs import fl_data
-from runners import fl as fl_runner
-from runners.errors import UserError
+from morl.agents.federated import strategies as S
+from morl.agents.federated.model import build as build_model
+from morl.agents.federated.simulator import Federation, InProcessEngine, LocalConfig
+from morl.envs.data import federated as fl_data
+from morl.runners.fl import run as fl_runner
+from morl.runners.errors import UserError
 
 
 class Byzantine:

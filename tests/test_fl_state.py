@@ -12,7 +12,7 @@ import io
 import pytest
 import torch
 
-from agents.federated import strategies as S
+from morl.agents.federated import strategies as S
 from morl.most import MosT
 
 M, N, P = 2, 6, 5

@@ -12,7 +12,7 @@ import itertools
 
 import torch
 
-from agents.federated import strategies as S
+from morl.agents.federated import strategies as S
 
 
 def simplex_min_norm_exact(gram: torch.Tensor) -> torch.Tensor:

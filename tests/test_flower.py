@@ -7,10 +7,10 @@ import pytest
 import ray  # noqa: F401  Flower's simulation backend: missing, it fails the run instead of skipping it
 import torch
 
-from agents.federated import strategies as S
-from agents.federated.model import build as build_model
-from agents.federated.simulator import Federation, InProcessEngine, LocalConfig
-from envs import fl_data
+from morl.agents.federated import strategies as S
+from morl.agents.federated.model import build as build_model
+from morl.agents.federated.simulator import Federation, InProcessEngine, LocalConfig
+from morl.envs.data import federated as fl_data
 from morl.most import MosT
 
 
@@ -32,7 +32,7 @@ def _federation(data, model):
 
 
 def test_flower_simulation_matches_in_process_engine():
-    from agents.federated import flower_engine
+    from morl.agents.federated import flower_engine
 
     data = fl_data.synthetic(0.5, 0.5, num_clients=6, samples_per_client=40, seed=0)
     model = build_model("logreg", data.dim, data.num_classes)
@@ -55,7 +55,7 @@ def test_flower_simulation_matches_in_process_engine():
 def test_flower_official_round_matches_in_process_engine():
     # Pair sampling (each node is sent only its sampled models), last-epoch losses, the cumulative
     # Γ average, the OT re-solve and the switch: the same models through Flower as in process.
-    from agents.federated import flower_engine
+    from morl.agents.federated import flower_engine
 
     data = fl_data.synthetic(0.5, 0.5, num_clients=6, samples_per_client=40, seed=0)
     model = build_model("logreg", data.dim, data.num_classes)

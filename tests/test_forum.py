@@ -268,7 +268,8 @@ def test_state_dict_round_trip():
 
 # -- data hyper-cleaning --------------------------------------------------------------------------
 def test_hypercleaning_beats_plain_training_on_noisy_labels():
-    from agents.hypercleaning import HyperCleaner, evaluate, make_hypercleaning_data, train_plain
+    from morl.agents.supervised.hypercleaning import HyperCleaner, evaluate, train_plain
+    from morl.envs.data.hypercleaning import make_hypercleaning_data
 
     data = make_hypercleaning_data(m=2, noise=0.5, seed=0)
     assert abs(torch.cat(data.clean).double().mean().item() - 0.5) < 0.01
@@ -285,7 +286,7 @@ def test_hypercleaning_beats_plain_training_on_noisy_labels():
 
 # -- the runner -----------------------------------------------------------------------------------
 def _forum_cli(argv):
-    from runners import forum
+    from morl.runners.forum import run as forum
 
     parser = argparse.ArgumentParser()
     forum.add_arguments(parser)
@@ -293,7 +294,7 @@ def _forum_cli(argv):
 
 
 def test_runner_rejects_bad_config_and_writes_nothing(tmp_path):
-    from runners.errors import UserError
+    from morl.runners.errors import UserError
 
     for bad, msg in [("forum.rhoo=1", "unknown config key"), ("problem=rl", "allowed"), ("iterations=0", "iterations"),
                      ("hypercleaning.datasets=7", "datasets")]:  # fmt: skip
@@ -318,7 +319,7 @@ def test_runner_small_run(tmp_path, config):
 
 
 def test_runner_is_registered():
-    from runners.cli import SUBCOMMANDS
+    from morl.runners.cli import SUBCOMMANDS
 
-    assert SUBCOMMANDS["forum"][0] == "runners.forum"
+    assert SUBCOMMANDS["forum"][0] == "morl.runners.forum.run"
 

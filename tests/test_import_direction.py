@@ -1,47 +1,70 @@
-"""Imports point one way: runners -> agents/envs -> morl; never envs -> agents, never agents -> envs.
+"""Imports point one way: runners -> agents/envs -> morl core; never sideways between agents and
+envs, never up.
 
-Read from the source (ast), so the check needs no import side effects. KNOWN lists the sideways
-imports that remain until the layout rework; the list may only shrink.
+Read from the source (ast), so the check needs no import side effects. Imports under
+``if TYPE_CHECKING:`` are annotations only (no runtime dependency) and are not counted.
 """
 
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
-KNOWN = {
-    ("agents/sb3.py", "envs"),  # inside _main(): `python -m agents.sb3`, the side command line, not the learner
-    ("agents/federated/simulator.py", "envs.fl_data"),
-    ("agents/federated/flower_engine.py", "envs.fl_data"),
-    ("agents/hypercleaning.py", "envs.supervised_data"),
-}
+CORE_SUBPACKAGES = ("morl.agents", "morl.envs", "morl.runners")
+
+
+def _type_checking_block(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
 
 
 def _imports(path: Path) -> set[str]:
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if _type_checking_block(node):
+            return
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             out.add(node.module)
         elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
     return out
 
 
-def _sideways(package: str, other: str) -> set[tuple[str, str]]:
+def _imports_of(folder: str, target: str) -> set[tuple[str, str]]:
     return {
         (str(p.relative_to(ROOT)), m)
-        for p in (ROOT / package).rglob("*.py")
+        for p in (ROOT / folder).rglob("*.py")
         for m in _imports(p)
-        if m == other or m.startswith(other + ".")
+        if m == target or m.startswith(target + ".")
     }
 
 
-def test_envs_never_import_agents():
-    assert _sideways("envs", "agents") == set()
+@pytest.mark.parametrize(("folder", "forbidden"), [
+    ("envs", "morl.agents"), ("envs", "morl.runners"),
+    ("agents", "morl.envs"), ("agents", "morl.runners"),
+])
+def test_no_sideways_or_upward_import(folder, forbidden):
+    assert _imports_of(folder, forbidden) == set()
 
 
-def test_agents_import_envs_only_where_still_known():
-    assert _sideways("agents", "envs") <= KNOWN
+def test_the_core_imports_neither_learners_nor_envs_nor_runners():
+    found = {hit for sub in CORE_SUBPACKAGES for hit in _imports_of("morl", sub)}
+    assert found == set()
 
 
-def test_the_core_imports_neither():
-    assert _sideways("morl", "agents") | _sideways("morl", "envs") | _sideways("morl", "runners") == set()
+@pytest.mark.parametrize("old", ["agents", "envs", "runners"])
+def test_nothing_imports_the_repository_folders_as_top_level_packages(old):
+    # They install as morl.agents / morl.envs / morl.runners (pyproject.toml's package-dir).
+    hits = {hit for folder in ("morl", "agents", "envs", "runners", "tests", "tools") for hit in _imports_of(folder, old)}
+    assert hits == set()
+
+
+def test_the_type_checking_exception_is_needed_and_honoured(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    import b\n")
+    assert _imports(src) == {"typing", "a"}

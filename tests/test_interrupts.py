@@ -4,7 +4,7 @@ import signal
 
 import pytest
 
-from runners import interrupts
+from morl.runners import interrupts
 
 
 def test_a_duplicate_signal_is_one_request_and_a_later_one_stops_at_once(monkeypatch):

@@ -285,9 +285,9 @@ def test_errors_name_what_is_wrong():
 
 
 def _runner_parts(overrides):
-    from runners import supervised as sup
-    from runners.config import load_config
-    from runners.supervised_config import SupervisedConfig
+    from morl.runners.supervised import run as sup
+    from morl.runners.config import load_config
+    from morl.runners.supervised.config import SupervisedConfig
 
     cfg = load_config(SupervisedConfig, None, overrides)
     return sup, sup.build(cfg, torch.device("cpu"))

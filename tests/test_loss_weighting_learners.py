@@ -15,10 +15,10 @@ import torch
 
 import morl
 import morl.gradients
-from agents import sb3 as sb3_module
-from agents import supervised as supervised_module
-from agents.mtsac import MTSAC, MTSACConfig
-from agents.supervised import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
+from morl.agents.rl import sb3 as sb3_module
+from morl.agents.supervised import multitask as supervised_module
+from morl.agents.rl.mtsac import MTSAC, MTSACConfig
+from morl.agents.supervised.multitask import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
 
 NAMES = ["uw", "dwa", "famo", "gls", "stch"]
 TOL = 1e-10
@@ -106,7 +106,7 @@ def test_mtsac_actor_and_critic(name, aggregate_critic, monkeypatch, float64):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_sb3_actor_step(name, monkeypatch, float64):
-    from envs import make_env
+    from morl.envs import make_env
 
     models = []
     for explicit in (False, True):

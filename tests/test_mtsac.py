@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import morl
-from agents.mtsac import MTSAC, MTSACConfig, _guard_and_clip
+from morl.agents.rl.mtsac import MTSAC, MTSACConfig, _guard_and_clip
 
 T, OBS_RAW, A, B = 3, 5, 2, 16
 OBS = OBS_RAW + T

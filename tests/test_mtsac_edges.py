@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import morl
-from agents.mtsac import MTSAC, MTSACConfig, _adam_step_bound, _conflict_stats, _guard_and_clip
+from morl.agents.rl.mtsac import MTSAC, MTSACConfig, _adam_step_bound, _conflict_stats, _guard_and_clip
 from test_mtsac import OBS, OBS_RAW, A, B, T, _agent, _batch, _cfg, _params
 
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import morl
-from agents.mtsac import MTSAC, MTSACConfig
-from agents.replay import MultiTaskReplay
-from envs import evaluate_policy, make_env
+from morl.agents.rl.mtsac import MTSAC, MTSACConfig
+from morl.agents.rl.replay import MultiTaskReplay
+from morl.envs import evaluate_policy, make_env
 
 # Over seeds 0..9 (mean) and 0..6 (CAGrad c=0.9) every run reached >= 0.9 mean success by step 750
 # (at step 500: 0.525-1.0), half the 1500-step budget.

@@ -1,18 +1,71 @@
-"""Status lines off a terminal: the ETA follows the rate since the previous line, none during warm-up."""
+"""The progress bar's rate comes from a moving window: a fast warm-up is forgotten a minute after
+it ended (the MT10 bar used to show the warm-up's 775 transitions/s for minutes after training
+had dropped to 20)."""
 
 import re
 
-from runners.progress import Progress
+import pytest
+
+from morl.runners.progress import WINDOW_SECONDS, Progress, WindowRate, format_eta
 
 
-def test_heartbeat_lines_give_no_eta_during_warm_up_and_the_recent_rate_after(capsys, monkeypatch):
-    clock = iter([0.0, 10.0, 20.0])  # start, then two heartbeats 10 s apart
-    monkeypatch.setattr("runners.progress.time.monotonic", lambda: next(clock))
+def test_the_window_rate_forgets_a_fast_warm_up():
+    window = WindowRate()
+    position = 0
+    for t in range(0, 101):  # 100 s of warm-up at 775 units/s
+        window.add(float(t), position)
+        position += 775
+    for t in range(101, 400):  # then 20 units/s
+        position += 20
+        window.add(float(t), position)
+        if t >= 100 + WINDOW_SECONDS + 1:
+            assert window.rate() == pytest.approx(20.0)
+    # a cumulative average would still say (77_500 + 299 * 20) / 399 ≈ 209
+    assert window.rate() == pytest.approx(20.0)
+
+
+def test_the_window_rate_needs_two_samples():
+    window = WindowRate()
+    assert window.rate() != window.rate()  # NaN
+    window.add(0.0, 0)
+    window.add(2.0, 10)
+    assert window.rate() == 5.0
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(5, "00:05"), (65, "01:05"), (3600 * 2 + 61, "2:01:01"), (float("nan"), "?")])
+def test_format_eta(seconds, text):
+    assert format_eta(seconds) == text
+
+
+def test_the_bar_shows_the_window_rate_and_its_eta(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr("morl.runners.progress.time.monotonic", lambda: now[0])
+    bar = Progress(total=10_000, enabled=False, unit="step")
+    for _ in range(200):  # 100 steps/s for 2 s
+        now[0] += 0.01
+        bar.advance()
+    for _ in range(120):  # then 1 step/s for 2 minutes
+        now[0] += 1.0
+        bar.advance()
+    assert bar.fields["rate"] == "1 step/s"
+    assert bar.fields["eta"] == format_eta(10_000 - 320)
+    bar.close()
+
+
+def test_heartbeat_lines_give_no_eta_during_warm_up_and_the_window_rate_after(capsys, monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr("morl.runners.progress.time.monotonic", lambda: now[0])
     bar = Progress(total=100_000, enabled=False)
-    bar.heartbeat(100, estimate=False)  # 100 steps in 10 s of (fast) warm-up
-    bar.heartbeat(150, estimate=True)  # 50 steps in the next 10 s: 5 steps/s (since start: 7.5)
+    for _ in range(10):  # warm-up: 10 steps/s for 10 s
+        now[0] += 1.0
+        bar.advance(10)
+    bar.heartbeat(100, estimate=False)
+    for _ in range(100):  # training: 1 step every 2 s for 200 s
+        now[0] += 2.0
+        bar.advance()
+    bar.heartbeat(200, estimate=True)
     lines = capsys.readouterr().err.strip().splitlines()
     assert "eta after warm-up" in lines[0]
-    eta_hours = float(re.search(r"eta ([0-9.]+) h", lines[1]).group(1))
-    assert eta_hours == round((100_000 - 150) / 5 / 3600, 1)  # 5.5 h, not 3.7 h
+    eta = re.search(r"eta ([0-9:]+)", lines[1]).group(1)
+    assert eta == format_eta((100_000 - 200) / 0.5)  # 0.5 steps/s, not the average since start
     bar.close()

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from agents.prompts.dispatcher import Dispatcher, assignment_targets
-from agents.prompts.encoder import load_encoder, tokenize
-from agents.prompts.soft_prompts import PromptMixture, head_gramian, per_instance_losses
-from agents.prompts.trainer import MixtureTrainer
-from envs.text_data import generate_domain_flip, load_text_file
+from morl.agents.prompts.dispatcher import Dispatcher, assignment_targets
+from morl.agents.prompts.encoder import load_encoder, tokenize
+from morl.agents.prompts.soft_prompts import PromptMixture, head_gramian, per_instance_losses
+from morl.agents.prompts.trainer import MixtureTrainer
+from morl.envs.data.text import generate_domain_flip, load_text_file
 from morl.most import MosT
-from runners.checkpoint import torch_load
-from runners import prompt as prompt_runner
-from runners.errors import UserError
+from morl.runners.checkpoint import torch_load
+from morl.runners.prompt import run as prompt_runner
+from morl.runners.errors import UserError
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.prompts.trainer import MixtureTrainer
-from runners.checkpoint import torch_load
-from runners.cli import main as morl
+from morl.agents.prompts.trainer import MixtureTrainer
+from morl.runners.checkpoint import torch_load
+from morl.runners.cli import main as morl
 from state_equality import assert_state_equal
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.replay import MultiTaskReplay
+from morl.agents.rl.replay import MultiTaskReplay
 
 T, OBS, ACT = 3, 4, 2
 

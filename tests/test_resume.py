@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import runners.rl_loop as rl_loop
-from runners.checkpoint import torch_load
-from runners.cli import main as morl
-from runners.rl_config import load_rl_config
-from runners.rl_runs import resume_run, start_run
+import morl.runners.rl.loop as rl_loop
+from morl.runners.checkpoint import torch_load
+from morl.runners.cli import main as morl
+from morl.runners.rl.config import load_rl_config
+from morl.runners.rl.runs import resume_run, start_run
 from state_equality import assert_state_equal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,7 +79,7 @@ def test_resume_rejects_overrides_that_change_the_learner(tmp_path, capsys):
 def test_sigkill_then_morl_resume_finishes(tmp_path):
     out_dir = tmp_path / "runs"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "runners.cli", "train", QUICK, *TINY, "run.checkpoint_every=10",
+    cmd = [sys.executable, "-m", "morl.runners.cli", "train", QUICK, *TINY, "run.checkpoint_every=10",
            "run.total_steps=100000", f"run.out_dir={out_dir}", "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -97,7 +97,7 @@ def test_sigkill_then_morl_resume_finishes(tmp_path):
     assert step >= 10 and step % 10 == 0
 
     resumed = subprocess.run(
-        [sys.executable, "-m", "runners.cli", "resume", str(run_dir), f"run.total_steps={step + 15}", "--no-progress"],
+        [sys.executable, "-m", "morl.runners.cli", "resume", str(run_dir), f"run.total_steps={step + 15}", "--no-progress"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
     )
     assert resumed.returncode == 0, resumed.stderr
@@ -136,7 +136,7 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_equals_the_uninterrupted_run(tmp_
 def test_sigterm_to_morl_train_checkpoints_and_exits_130(tmp_path):
     out_dir = tmp_path / "runs"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "runners.cli", "train", QUICK, *TINY, "run.checkpoint_every=100000",
+    cmd = [sys.executable, "-m", "morl.runners.cli", "train", QUICK, *TINY, "run.checkpoint_every=100000",
            "run.log_every=5", "run.total_steps=100000", f"run.out_dir={out_dir}", "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from runners.errors import UserError
-from runners.rl_config import RLConfig, load_rl_config
+from morl.runners.errors import UserError
+from morl.runners.rl.config import RLConfig, load_rl_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 MT10_CONFIGS = {

@@ -7,8 +7,8 @@ import pytest
 import torch
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
-from agents.sb3 import MultiTaskSAC, SB3VecEnv
-from envs import evaluate_policy, make_env
+from morl.agents.rl.sb3 import MultiTaskSAC, SB3VecEnv
+from morl.envs import evaluate_policy, make_env
 
 
 

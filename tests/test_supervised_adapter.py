@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from agents.supervised import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
-from envs.supervised_data import load_dataset
+from morl.agents.supervised.multitask import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
+from morl.envs.data.supervised import load_dataset
 from morl.aggregators import build
 
 

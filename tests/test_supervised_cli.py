@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from morl.metrics import delta_m
-from runners.checkpoint import torch_load
-from runners import cli
-from runners import supervised as sup
-from runners.errors import UserError
+from morl.runners.checkpoint import torch_load
+from morl.runners import cli
+from morl.runners.supervised import run as sup
+from morl.runners.errors import UserError
 
 
 
@@ -20,7 +20,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def morl_supervised(*argv, capsys=None):
-    """What ``morl supervised ...`` does (runners.cli builds the parser the same way)."""
+    """What ``morl supervised ...`` does (morl.runners.cli builds the parser the same way)."""
     parser = argparse.ArgumentParser(prog="morl supervised")
     sup.add_arguments(parser)
     args = parser.parse_args(list(argv))
@@ -37,7 +37,7 @@ def only_run(out: Path) -> Path:
 
 
 def test_registered_in_the_cli():
-    assert cli.SUBCOMMANDS["supervised"][0] == "runners.supervised"
+    assert cli.SUBCOMMANDS["supervised"][0] == "morl.runners.supervised.run"
 
 
 FAST = ["epochs=3", "eval_every=1", "checkpoint_every=1", "model.hidden=[32]", "optim.lr=0.005", "batch_size=64"]

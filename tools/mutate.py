@@ -50,8 +50,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     # test_divergence's two whole-run tests (6 s, 5 s; the second is the supervised adapter's)
     # would triple each mutant's time; its fast tests pin the non-finite guard.
-    "agents/mtsac.py": (
-        ["agents/mtsac.py"],
+    "agents/rl/mtsac.py": (
+        ["agents/rl/mtsac.py"],
         ["tests/test_mtsac.py", "tests/test_mtsac_math.py", "tests/test_mtsac_edges.py", "tests/test_divergence.py",
          "--deselect", "tests/test_divergence.py::test_huge_critic_lr_stops_with_one_line_naming_step_and_checkpoint",
          "--deselect", "tests/test_divergence.py::test_supervised_huge_lr_stops_with_one_line"],

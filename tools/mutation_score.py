@@ -17,7 +17,7 @@ MODULES = (
     "morl/gradients.py",
     "morl/solvers",
     "morl/aggregators",
-    "agents/mtsac.py",
+    "agents/rl/mtsac.py",
     "agents/federated",
 )
 # mutmut's exit codes (mutmut/stats.py): 1 and 3 are kills, 0 a survivor.

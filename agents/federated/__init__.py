@@ -1,3 +1,3 @@
 """Federated learning where clients are objectives: FedAvg, FedProx, FedMGDA+, MGDA,
-linearisation and MosT share one client update (:mod:`agents.federated.client`), one server
-loop (:mod:`agents.federated.simulator`) and two engines (in-process vectorised; Flower)."""
+linearisation and MosT share one client update (:mod:`morl.agents.federated.client`), one server
+loop (:mod:`morl.agents.federated.simulator`) and two engines (in-process vectorised; Flower)."""

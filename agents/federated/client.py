@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch.func import grad_and_value, vmap
 
-from agents.federated.model import FlatClassifier
+from morl.agents.federated.model import FlatClassifier
 
 
 def masked_loss(model: FlatClassifier, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, count: torch.Tensor) -> torch.Tensor:

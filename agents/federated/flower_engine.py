@@ -1,11 +1,11 @@
 """Flower engine: the same rounds as the in-process engine, with clients as Flower ClientApps.
 
-The server loop (:class:`agents.federated.simulator.Federation`) runs inside a Flower
+The server loop (:class:`morl.agents.federated.simulator.Federation`) runs inside a Flower
 ``ServerApp`` main function; each round it sends every node one message carrying the m global
 models (one ``ArrayRecord``) and the round index, and each ``ClientApp`` answers with its
-``deltas [m, P]`` and ``losses [m]`` from :func:`agents.federated.client.client_update` — the
+``deltas [m, P]`` and ``losses [m]`` from :func:`morl.agents.federated.client.client_update` — the
 function the in-process engine vmaps over clients — drawing its minibatches from the same
-:func:`agents.federated.client.round_noise`. With the same seed both engines give the same models
+:func:`morl.agents.federated.client.round_noise`. With the same seed both engines give the same models
 (up to float rounding of batched vs per-client kernels).
 
 This module imports ``flwr`` (optional extra ``morl[fl]``); import it only when the Flower
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,10 +27,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from agents.federated import client as fl_client
-from agents.federated.model import FlatClassifier
-from agents.federated.simulator import Federation, LocalConfig
-from envs.fl_data import FederatedData
+from morl.agents.federated import client as fl_client
+from morl.agents.federated.model import FlatClassifier
+from morl.agents.federated.simulator import Federation, LocalConfig
+
+if TYPE_CHECKING:  # the runner hands the federation its data (morl.envs.data.federated)
+    from morl.envs.data.federated import FederatedData
 
 MESSAGE_TYPE = "train"
 
@@ -82,7 +85,7 @@ class FlowerEngine:
         """As the in-process engine: with a mask ``pairs [m, n]`` each node gets only the models
         sampled for it (nodes with none get no message) and the other pairs come back as zeros."""
         if self.grid is None:
-            raise RuntimeError("FlowerEngine is not attached to a Flower grid (use agents.federated.flower_engine.run)")
+            raise RuntimeError("FlowerEngine is not attached to a Flower grid (use morl.agents.federated.flower_engine.run)")
         m, n = thetas.shape[0], self.num_clients
         host = thetas.detach().cpu()
         if pairs is None or len(self.partition_of) < n:

@@ -3,7 +3,7 @@
 A round: the engine returns every client's pseudo-gradients and losses for the m global models
 (``deltas [m, n, P]``, ``losses [m, n]``), the strategy turns them into one update per model, and
 the server subtracts it. :class:`InProcessEngine` computes the client work in one vmapped call
-(clients × models) on the data's device; :mod:`agents.federated.flower_engine` does the same
+(clients × models) on the data's device; :mod:`morl.agents.federated.flower_engine` does the same
 through Flower messages. Evaluation: each client picks its best model on validation accuracy
 and reports that model's test accuracy (MosT paper, §6.2).
 """
@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from agents.federated import client as fl_client
-from agents.federated.model import FlatClassifier
-from envs.fl_data import FederatedData
+from morl.agents.federated import client as fl_client
+from morl.agents.federated.model import FlatClassifier
 from morl.metrics.most_metrics import picked_accuracy, tail_means
+
+if TYPE_CHECKING:  # the runner hands the federation its data (morl.envs.data.federated)
+    from morl.envs.data.federated import FederatedData
 
 
 @dataclass

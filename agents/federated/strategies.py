@@ -22,7 +22,7 @@ the MosT paper) and subtracts the returned update: ``θ_j ← θ_j − update_j`
   the official code's round (pair sampling with stale deltas, Γ moving average, OT re-solve;
   ``federated_moo.py``, none of them in the paper) are options of :class:`MosTStrategy`; the
   last-epoch losses are a client option
-  (:data:`agents.federated.client.LOSS_SOURCES`).
+  (:data:`morl.agents.federated.client.LOSS_SOURCES`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ One step on ``n`` sampled training instances (the ``n`` objectives ``L_i = l_i``
 
    * ``most`` — transport plan ``Γ [n, m]`` from :class:`morl.most.MosT` on the losses (Eq. 5),
      then the Γ-weighted min-norm weights on each column's support (Eq. 7–8) from the head
-     Gramians (:func:`~agents.prompts.soft_prompts.head_gramian`);
+     Gramians (:func:`~morl.agents.prompts.soft_prompts.head_gramian`);
    * ``mgda`` — each prompt runs MGDA over all ``n`` instances (min-norm weights, Γ ignored);
    * ``linear`` — each prompt minimises ``Σ_i w_ji l_i`` with ``w_j ~ Dir(1_n)`` redrawn every
      step (the official code's linearisation redraws its weights every round);
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from agents.prompts.soft_prompts import PromptMixture, head_gramian, per_instance_losses
+from morl.agents.prompts.soft_prompts import PromptMixture, head_gramian, per_instance_losses
 from morl.most import MosT
 from morl.solvers.min_norm import min_norm
 

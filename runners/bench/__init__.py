@@ -1,0 +1,1 @@
+"""`morl bench TARGET`: the benchmarks whose figures go into docs/benchmarks.md."""

@@ -1,0 +1,1 @@
+"""Federated-learning runs (`morl fl`)."""

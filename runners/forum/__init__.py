@@ -1,0 +1,1 @@
+"""FORUM bi-level runs (`morl forum`)."""

@@ -1,0 +1,66 @@
+"""Config of ``morl prompt``: one dataclass tree, loaded by ``morl.runners.config.load_config``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass
+class TextDataConfig:
+    name: Literal["domain_flip", "file"] = "domain_flip"
+    options: dict[str, Any] = field(default_factory=dict)  # morl.envs.data.text.load_text_data options
+
+
+@dataclass
+class PromptsConfig:
+    num: int = 3  # m soft prompts (solutions)
+    length: int = 4  # k virtual tokens per prompt
+    shared_head: bool = False  # one classification head for all prompts (else one head per prompt)
+
+
+@dataclass
+class MosTOptions:
+    tau: float = 0.0  # diversity regulariser weight
+    solver: Literal["ipot", "sinkhorn"] = "ipot"
+    gamma_scale: Literal["paper", "code"] = "paper"
+    update: Literal["paper", "code"] = "paper"
+    curriculum: Literal["none", "paper", "code"] = "none"
+    curriculum_decay: float = 0.99  # per step
+
+
+@dataclass
+class DispatcherConfig:
+    target: Literal["ot", "argmin"] = "ot"
+    hidden: int = 64
+    steps: int = 300
+    lr: float = 0.01
+
+
+@dataclass
+class PromptOptimConfig:
+    lr: float = 0.01  # Adam
+    weight_decay: float = 0.0
+
+
+@dataclass
+class PromptConfig:
+    name: str = "prompt"
+    seed: int = 0
+    device: str = "cpu"
+    threads: int = 0  # torch CPU threads; 0 = torch's default (1 is much faster on an oversubscribed CPU)
+    method: Literal["most", "mgda", "linear"] = "most"
+    encoder: str = "minilm"  # "minilm" (packaged all-MiniLM-L6-v2), "tiny" (random, tests), or a local HF folder
+    encoder_layers: int | None = None  # keep only the first N transformer layers (speed); null = all
+    max_length: int = 32  # tokens per instance
+    steps: int = 100  # outer MosT steps
+    batch_size: int = 32  # n: training instances (objectives) per step
+    inner_steps: int = 1  # K updates per plan Γ
+    data: TextDataConfig = field(default_factory=TextDataConfig)
+    prompts: PromptsConfig = field(default_factory=PromptsConfig)
+    most: MosTOptions = field(default_factory=MosTOptions)
+    dispatcher: DispatcherConfig = field(default_factory=DispatcherConfig)
+    optim: PromptOptimConfig = field(default_factory=PromptOptimConfig)
+    eval_every: int = 25  # steps
+    checkpoint_every: int = 50  # steps (the last step is always checkpointed)
+    out_dir: str = "runs"

@@ -1,0 +1,1 @@
+"""Multi-task RL runs (`morl train`)."""

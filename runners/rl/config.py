@@ -1,0 +1,154 @@
+"""The RL config: four sections (env, agent, aggregator, run), each a dataclass.
+
+``load_rl_config(path, overrides)`` reads YAML + ``key.sub=value`` overrides and then checks
+everything that can be checked without building anything: the environment name and
+protocol, the aggregator and its options (``morl.aggregators.build``), the device and the
+step counters. A bad value fails with one line naming the key and what is allowed, before
+any run directory exists. Every key is documented in docs/configs.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from morl.agents.rl.mtsac import MTSACConfig
+from morl.runners.config import load_config, to_dict
+from morl.runners.errors import UserError
+
+
+@dataclass
+class EnvConfig:
+    """Arguments of ``envs.make_env`` (see docs/environments.md)."""
+
+    name: str = "mt10"
+    protocol: Literal["mtrl", "metaworld_v3"] = "mtrl"
+    max_episode_steps: int | None = None
+    num_tasks: int | None = None
+    envs_per_task: int = 1
+
+
+@dataclass
+class AggregatorConfig:
+    """``morl.aggregators.build(name, **options)``; it combines the per-task actor gradients."""
+
+    name: str = "mean"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunConfig:
+    """Loop lengths and bookkeeping.
+
+    A *step* is one iteration of the vector environment: every sub-env steps once (MT10: 10
+    transitions) followed by ``updates_per_step`` gradient updates. mtrl's "2M steps" are 2M
+    such iterations, i.e. 20M transitions on MT10.
+    """
+
+    total_steps: int = 2_000_000
+    seed: int = 0
+    device: str = "auto"
+    warmup_steps: int = 1500
+    updates_per_step: int = 1
+    eval_every: int = 10_000
+    eval_episodes: int | None = None
+    log_every: int = 1000
+    checkpoint_every: int = 10_000
+    keep_checkpoints: int = 3
+    out_dir: str = "runs"
+    name: str | None = None
+    max_nonfinite_updates: int = 100
+
+
+@dataclass
+class RLConfig:
+    """The whole ``morl train`` config."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    agent: MTSACConfig = field(default_factory=MTSACConfig)
+    aggregator: AggregatorConfig = field(default_factory=AggregatorConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+
+def load_rl_config(path: str | Path | None, overrides: list[str] | None = None) -> RLConfig:
+    """Load and fully validate an RL config; raises ``UserError`` with one line on bad input."""
+    cfg = load_config(RLConfig, path, overrides)
+    if cfg.run.name is None:
+        cfg.run.name = Path(path).stem if path is not None else "run"
+    validate(cfg)
+    return cfg
+
+
+def config_from_dict(data: dict[str, Any]) -> RLConfig:
+    """Rebuild a config saved in a run directory (``config.yaml``) or a checkpoint."""
+    from morl.runners.config import from_dict
+
+    cfg = from_dict(RLConfig, data)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: RLConfig) -> None:
+    """Checks that need more than types: names, ranges, the aggregator's options."""
+    _validate_env(cfg.env)
+    _validate_aggregator(cfg.aggregator)
+    _validate_run(cfg.run)
+    _validate_agent(cfg.agent, cfg.env)
+    from morl.runners.device import resolve_device
+
+    resolve_device(cfg.run.device)
+
+
+def _validate_env(env: EnvConfig) -> None:
+    import morl.envs as envs
+    valid = envs.available_envs()
+    if env.name.startswith("mt1:"):
+        from morl.envs.metaworld_env import mt1_task_names
+
+        if env.name[4:] not in mt1_task_names():
+            raise UserError(f"env.name: unknown Meta-World task {env.name[4:]!r}; allowed after 'mt1:': {', '.join(mt1_task_names())}")
+    elif env.name not in valid:
+        raise UserError(f"env.name: unknown environment {env.name!r}; allowed: {', '.join(valid)}")
+    if env.envs_per_task < 1:
+        raise UserError(f"env.envs_per_task: must be >= 1, got {env.envs_per_task}")
+    if env.max_episode_steps is not None and env.max_episode_steps < 1:
+        raise UserError(f"env.max_episode_steps: must be >= 1 or null, got {env.max_episode_steps}")
+    if env.num_tasks is not None and env.num_tasks < 1:
+        raise UserError(f"env.num_tasks: must be >= 1 or null, got {env.num_tasks}")
+
+
+def _validate_aggregator(agg: AggregatorConfig) -> None:
+    import morl.aggregators as aggregators
+
+    if agg.name not in aggregators.available():
+        raise UserError(f"aggregator.name: unknown aggregator {agg.name!r}; allowed: {', '.join(aggregators.available())}")
+    try:
+        aggregators.build(agg.name, **agg.options)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"aggregator.options: {str(exc).splitlines()[0]}") from None
+
+
+def _validate_run(run: RunConfig) -> None:
+    positive = ("total_steps", "updates_per_step", "eval_every", "log_every", "checkpoint_every", "keep_checkpoints",
+                "max_nonfinite_updates")
+    for key in positive:
+        if getattr(run, key) < 1:
+            raise UserError(f"run.{key}: must be >= 1, got {getattr(run, key)}")
+    if run.warmup_steps < 0:
+        raise UserError(f"run.warmup_steps: must be >= 0, got {run.warmup_steps}")
+    if run.eval_episodes is not None and run.eval_episodes < 1:
+        raise UserError(f"run.eval_episodes: must be >= 1 or null (protocol default), got {run.eval_episodes}")
+
+
+def _validate_agent(agent: MTSACConfig, env: EnvConfig) -> None:
+    # The per-task minimums (batch_size, buffer_capacity >= tasks) are checked once the env is built.
+    try:
+        agent.validate(1)
+    except ValueError as exc:
+        raise UserError(str(exc).splitlines()[0]) from None
+
+
+def config_dict(cfg: RLConfig) -> dict[str, Any]:
+    """Plain nested dict (what config.yaml holds)."""
+    return to_dict(cfg)

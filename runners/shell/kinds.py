@@ -1,0 +1,48 @@
+"""The kinds of run, defined once: name -> the module and class implementing it.
+
+``morl resume`` and ``morl eval`` read the kind from ``run.json``; run directories written
+before run.json existed are recognised by the top-level config keys only their kind has.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from morl.runners.errors import UserError
+
+KINDS: dict[str, str] = {
+    "rl": "morl.runners.rl.experiment:RLExperiment",
+    "supervised": "morl.runners.supervised.experiment:SupervisedExperiment",
+    "forum": "morl.runners.forum.experiment:ForumExperiment",
+    "fl": "morl.runners.fl.experiment:FLExperiment",
+    "prompt": "morl.runners.prompt.experiment:PromptExperiment",
+}
+
+# Before run.json: (keys only this kind's config has, kind); anything else is RL.
+_LEGACY_KEYS = (
+    (("prompts", "dispatcher"), "prompt"),
+    (("strategy", "engine"), "fl"),
+    (("data", "epochs"), "supervised"),
+    (("problem", "forum"), "forum"),
+)
+
+
+def experiment_class(kind: str):
+    if kind not in KINDS:
+        raise UserError(f"unknown kind of run {kind!r}; known kinds: {', '.join(KINDS)}")
+    module, _, name = KINDS[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def kind_of(run_dir: str | Path) -> str:
+    """The kind of an existing run directory (run.json, else inferred from config.yaml)."""
+    from morl.runners.config import read_yaml
+    from morl.runners.run_dir import CONFIG_FILE
+    from morl.runners.shell.run_info import read_run_info
+
+    info = read_run_info(run_dir)
+    if info is not None and info.get("kind") in KINDS:
+        return info["kind"]
+    cfg = read_yaml(Path(run_dir) / CONFIG_FILE)
+    return next((kind for keys, kind in _LEGACY_KEYS if all(k in cfg for k in keys)), "rl")

@@ -1,0 +1,1 @@
+"""Supervised multi-task runs (`morl supervised`)."""
