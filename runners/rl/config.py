@@ -55,6 +55,7 @@ class RunConfig:
     eval_episodes: int | None = None
     log_every: int = 1000
     checkpoint_every: int = 10_000
+    checkpoint_minutes: float | None = 15.0  # also every 15 min of wall-clock time: a crash never loses more
     keep_checkpoints: int = 3
     out_dir: str = "runs"
     name: str | None = None
@@ -102,6 +103,7 @@ def validate(cfg: RLConfig) -> None:
 
 def _validate_env(env: EnvConfig) -> None:
     import morl.envs as envs
+
     valid = envs.available_envs()
     if env.name.startswith("mt1:"):
         from morl.envs.metaworld_env import mt1_task_names
@@ -135,6 +137,8 @@ def _validate_run(run: RunConfig) -> None:
     for key in positive:
         if getattr(run, key) < 1:
             raise UserError(f"run.{key}: must be >= 1, got {getattr(run, key)}")
+    if run.checkpoint_minutes is not None and not run.checkpoint_minutes > 0:
+        raise UserError(f"run.checkpoint_minutes: must be > 0 or null (by step count only), got {run.checkpoint_minutes}")
     if run.warmup_steps < 0:
         raise UserError(f"run.warmup_steps: must be >= 0, got {run.warmup_steps}")
     if run.eval_episodes is not None and run.eval_episodes < 1:
