@@ -12,6 +12,11 @@ One update, top to bottom (batch rows are tasks: ``[T, B, ...]``):
 3. temperatures: one ``log_alpha`` per task, each driven by its own task's entropy.
 4. targets: Polyak averaging of the critic ensemble.
 
+mtrl's and CAGrad's MT10 learner is reachable through options (docs/mtsac.md): one shared
+critic (``critic: shared``, its per-task losses optionally aggregated), no task id in the
+network inputs (``task_input: none``), one temperature (``temperature: shared``, optionally
+aggregated), mtrl's log-probability clamp and initialisation.
+
 No step reads a value back from the device. An optimizer step that would leave a NaN/inf
 anywhere (gradients, Adam's moments, the parameters) is skipped entirely, decided on the
 device (see ``_guarded_step``); skipped updates are counted in device tensors
@@ -29,13 +34,16 @@ from typing import Any, Literal
 import torch
 from torch.func import functional_call
 
-from morl.agents.rl.networks import TaskActor, TwinCriticEnsemble, squashed_sample
+from morl.agents.rl.networks import INIT_CHOICES, TaskActor, TwinCriticEnsemble, squashed_sample
 from morl.aggregators.base import Aggregator
 from morl.aggregators.famo import FAMO
 from morl.aggregators.mean import Mean
 from morl.gradients import batched_task_grads
 
 AGGREGATE_CHOICES = ("actor", "actor_trunk", "none")
+CRITIC_CHOICES = ("per_task", "shared")
+TASK_INPUT_CHOICES = ("onehot", "none")
+TEMPERATURE_CHOICES = ("per_task", "shared")
 
 
 @dataclass
@@ -61,6 +69,13 @@ class MTSACConfig:
     log_std_min: float = -20.0
     log_std_max: float = 2.0
     compile: bool = False
+    # The literature's variants (docs/mtsac.md, "Reproducing mtrl and CAGrad's MT10 runs"):
+    critic: Literal["per_task", "shared"] = "per_task"
+    task_input: Literal["onehot", "none"] = "onehot"
+    temperature: Literal["per_task", "shared"] = "per_task"
+    aggregate_temperature: bool = False
+    log_prob_clamp: float | None = None
+    init: Literal["torch", "xavier"] = "torch"
 
     def validate(self, num_tasks: int) -> None:
         """Raise ``ValueError`` naming the first bad field and what is allowed."""
@@ -83,6 +98,15 @@ class MTSACConfig:
             raise ValueError("agent.actor_update_freq and agent.target_update_freq must be >= 1")
         if not self.log_std_min < self.log_std_max:
             raise ValueError(f"agent.log_std_min ({self.log_std_min}) must be < agent.log_std_max ({self.log_std_max})")
+        self._validate_variants()
+
+    def _validate_variants(self) -> None:
+        for name, allowed in (("critic", CRITIC_CHOICES), ("task_input", TASK_INPUT_CHOICES),
+                              ("temperature", TEMPERATURE_CHOICES), ("init", INIT_CHOICES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"agent.{name}={getattr(self, name)!r} is not valid; allowed: {', '.join(allowed)}")
+        if self.log_prob_clamp is not None and not self.log_prob_clamp > 0:
+            raise ValueError(f"agent.log_prob_clamp must be > 0 (mtrl: 1e-6) or null, got {self.log_prob_clamp}")
 
 
 class MTSAC:
@@ -102,22 +126,30 @@ class MTSAC:
         self.device = torch.device(device)
         init_gen = torch.Generator().manual_seed(int(seed))
         hidden = [int(h) for h in cfg.hidden_sizes]
-        self.actor = TaskActor(obs_dim, action_dim, num_tasks, hidden, cfg.multi_head, cfg.log_std_min,
-                               cfg.log_std_max, generator=init_gen).to(self.device)
-        self.critic = TwinCriticEnsemble(obs_dim, action_dim, num_tasks, hidden, generator=init_gen).to(self.device)
+        # task_input "none": the networks never see the one-hot the observations end with
+        self._drop = num_tasks if cfg.task_input == "none" else 0
+        net_obs = obs_dim - self._drop
+        self.actor = TaskActor(net_obs, action_dim, num_tasks, hidden, cfg.multi_head, cfg.log_std_min,
+                               cfg.log_std_max, generator=init_gen, init=cfg.init).to(self.device)
+        # a shared critic is an ensemble of one "task" whose weights broadcast over the task axis
+        critics = num_tasks if cfg.critic == "per_task" else 1
+        self.critic = TwinCriticEnsemble(net_obs, action_dim, critics, hidden, generator=init_gen,
+                                         init=cfg.init).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.log_alpha = torch.full((num_tasks,), math.log(cfg.init_temperature), device=self.device, requires_grad=True)
+        temperatures = num_tasks if cfg.temperature == "per_task" else 1
+        self.log_alpha = torch.full((temperatures,), math.log(cfg.init_temperature), device=self.device,
+                                    requires_grad=True)
         self.target_entropy = float(-action_dim if cfg.target_entropy is None else cfg.target_entropy)
         self.actor_opt = _adam(self.actor.parameters(), cfg.actor_lr)
         self.critic_opt = _adam(self.critic.parameters(), cfg.critic_lr)
         self.alpha_opt = _adam([self.log_alpha], cfg.alpha_lr)
         for p in [*self.actor.parameters(), *self.critic.parameters(), self.log_alpha]:
             p.grad = torch.zeros_like(p)  # written in place every update
-        self.generator = torch.Generator(device=self.device).manual_seed(int(seed) + 1)
+        # meta tensors (shapes only: the no-sync tests) have no generator; their draws have no values
+        self.generator = None if self.device.type == "meta" else torch.Generator(device=self.device).manual_seed(int(seed) + 1)
         self.aggregator = _nonraising(aggregator)
-        self.critic_aggregator = _nonraising(copy.deepcopy(aggregator)) if cfg.aggregate_critic else None
-        if self.critic_aggregator is not None:
-            self.critic_aggregator.reset()
+        self.critic_aggregator = _fresh_copy(aggregator) if cfg.aggregate_critic else None
+        self.temperature_aggregator = _fresh_copy(aggregator) if cfg.aggregate_temperature else None
         self.nonfinite_updates = torch.zeros((), dtype=torch.int64, device=self.device)
         self.nonfinite_streak = torch.zeros((), dtype=torch.int64, device=self.device)
         self.nonfinite_longest = torch.zeros((), dtype=torch.int64, device=self.device)
@@ -137,11 +169,19 @@ class MTSAC:
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         """Actions ``[N, A]`` in ``[-1, 1]`` for observations ``[N, obs_dim]`` ending with the task one-hot."""
         obs = obs.to(self.device, torch.float32)
-        mean, log_std = self.actor(obs, obs[..., -self.num_tasks:])
+        mean, log_std = self.actor(self._net_input(obs), obs[..., -self.num_tasks:])
         if deterministic:
             return torch.tanh(mean)
         eps = torch.randn(mean.shape, device=self.device, generator=self.generator)
         return squashed_sample(mean, log_std, eps)[0]
+
+    def _net_input(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the networks see: the observation, without its one-hot columns if ``task_input: none``."""
+        return obs[..., :obs.shape[-1] - self._drop] if self._drop else obs
+
+    def _alpha(self) -> torch.Tensor:
+        """The temperature of each task ``[T]`` (one shared value repeated with ``temperature: shared``)."""
+        return self.log_alpha.detach().exp().expand(self.num_tasks)
 
     # -- one update -----------------------------------------------------------------------
     def update(self, batch: dict[str, torch.Tensor], step: int, diagnostics: bool = True) -> dict[str, torch.Tensor]:
@@ -156,7 +196,8 @@ class MTSAC:
         obs, action, next_obs = batch["obs"], batch["action"], batch["next_obs"]
         if obs.dim() != 3 or obs.shape[0] != self.num_tasks:
             raise ValueError(f"batch['obs'] must be [T={self.num_tasks}, B, obs_dim], got {tuple(obs.shape)}")
-        alpha = self.log_alpha.detach().exp()
+        obs, next_obs = self._net_input(obs), self._net_input(next_obs)
+        alpha = self._alpha()
         out: dict[str, torch.Tensor] = {}
         eps_next = torch.randn(*obs.shape[:2], self.action_dim, device=self.device, generator=self.generator)
         critic_loss = self._critic_losses(obs, action, batch["reward"], next_obs, batch["terminated"], eps_next, alpha)
@@ -175,7 +216,7 @@ class MTSAC:
                 target, online = list(self.critic_target.parameters()), list(self.critic.parameters())
                 torch._foreach_lerp_(target, online, self.cfg.tau)
         self._count_nonfinite(ok)
-        out["alpha"] = self.log_alpha.detach().exp()
+        out["alpha"] = self._alpha().clone()
         out["nonfinite_updates"] = self.nonfinite_updates.clone()
         out["nonfinite_streak"] = self.nonfinite_streak.clone()
         return out
@@ -191,7 +232,7 @@ class MTSAC:
         """Per-task critic losses ``[T]``: the sum over the twins of the mean squared soft TD error."""
         with torch.no_grad():
             mean, log_std = self.actor(next_obs, self._task_eye.unsqueeze(1))
-            next_action, next_logp = squashed_sample(mean, log_std, eps_next)
+            next_action, next_logp = squashed_sample(mean, log_std, eps_next, self.cfg.log_prob_clamp)
             q_next = self.critic_target(next_obs, next_action).amin(1)
             target = reward + self.cfg.gamma * (1.0 - terminated) * (q_next - alpha.unsqueeze(1) * next_logp)
         q = self.critic(obs, action)  # [T, 2, B]
@@ -200,15 +241,31 @@ class MTSAC:
     def _critic_step(self, losses: torch.Tensor) -> torch.Tensor:
         self.critic_opt.zero_grad(set_to_none=False)
         params = list(self.critic.parameters())
-        # Tasks own disjoint critics, so one backward of the sum gives every critic its own gradient;
-        # a loss weighting scales critic t by T w_t, what its [T, D] path gives (one backward too).
+        per_task = self.cfg.critic == "per_task"
+        # Per-task critics: one backward of the sum gives every critic its own gradient, and a loss
+        # weighting scales critic t by T w_t, what its [T, D] path gives (one backward too).
+        # A shared critic descends the mean loss (mtrl's mean over the whole batch).
+        scale = self.num_tasks if per_task else 1
         if self.critic_aggregator is not None and not self.critic_aggregator.needs_grads:
-            (self.num_tasks * self.critic_aggregator.weighted_loss(losses)).backward()
-            return _guarded_step(self.critic_opt, params, self.cfg.grad_clip)
-        losses.sum().backward()
-        if self.critic_aggregator is not None:
+            (scale * self.critic_aggregator.weighted_loss(losses)).backward()
+        elif self.critic_aggregator is None:
+            (losses.sum() if per_task else losses.mean()).backward()
+        elif per_task:
+            losses.sum().backward()
             self._aggregate_critic_grads(params, losses.detach())
+        else:
+            self._aggregate_shared_critic_grads(params, losses)
         return _guarded_step(self.critic_opt, params, self.cfg.grad_clip)
+
+    def _aggregate_shared_critic_grads(self, params: list[torch.Tensor], losses: torch.Tensor) -> None:
+        # One batched backward (vmap over the rows of eye(T)) gives the [T, D_critic] per-task
+        # gradients of the shared critic, as CAGrad's MT10 run fed its critic to CAGrad.
+        eye = self._task_eye.to(losses.dtype)
+        grads = torch.autograd.grad(losses, params, eye, is_grads_batched=True)
+        matrix = torch.cat([g.reshape(self.num_tasks, -1) for g in grads], dim=1)
+        direction = self.critic_aggregator(matrix, losses.detach())  # mean: the mean loss's gradient
+        for p, d in zip(params, torch.split(direction, [p.numel() for p in params])):
+            p.grad.copy_(d.view_as(p))
 
     def _aggregate_critic_grads(self, params: list[torch.Tensor], losses: torch.Tensor) -> None:
         # Row t holds task t's gradient in critic t's block and zeros elsewhere (block diagonal).
@@ -227,7 +284,7 @@ class MTSAC:
         """Task ``t``'s actor loss on its slice ``[B, ...]`` (``params`` holds task t's critic weights)."""
         actor_params = {n: params[n] for n in self._actor_names}
         mean, log_std = functional_call(self.actor, actor_params, (obs, onehot))
-        act, logp = squashed_sample(mean, log_std, eps)
+        act, logp = squashed_sample(mean, log_std, eps, self.cfg.log_prob_clamp)
         depth = len(self.critic.weights)
         q = TwinCriticEnsemble.q_values([params[f"critic.w{i}"] for i in range(depth)],
                                         [params[f"critic.b{i}"] for i in range(depth)], obs, act)
@@ -237,8 +294,11 @@ class MTSAC:
     def _actor_task_grads_eager(self, obs, eps, alpha) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per-task actor losses ``[T]``, gradients ``[T, D]`` and log pi ``[T, B]`` in one vmapped pass."""
         params = dict(self.actor.named_parameters())
+        critic = self.critic.per_task_views()
+        if self.cfg.critic == "shared":  # every task slice sees the same critic: expanded views, no copy
+            critic = {n: w.expand(self.num_tasks, *w.shape[1:]) for n, w in critic.items()}
         return batched_task_grads(self._actor_task_loss, params, obs, eps, self._task_eye, alpha,
-                                  per_task_params=self.critic.per_task_views(), has_aux=True)
+                                  per_task_params=critic, has_aux=True)
 
     def _actor_and_alpha_step(self, obs: torch.Tensor, alpha: torch.Tensor, out: dict,
                               diagnostics: bool) -> torch.Tensor:
@@ -266,7 +326,7 @@ class MTSAC:
 
     def _plain_actor_backward(self, obs, eps, alpha) -> tuple[torch.Tensor, torch.Tensor]:
         mean, log_std = self.actor(obs, self._task_eye.unsqueeze(1))
-        act, logp = squashed_sample(mean, log_std, eps)
+        act, logp = squashed_sample(mean, log_std, eps, self.cfg.log_prob_clamp)
         # detached critic weights: the actor loss must not leave gradients on the critics
         q = TwinCriticEnsemble.q_values([w.detach() for w in self.critic.weights],
                                         [b.detach() for b in self.critic.biases], obs, act).amin(1)
@@ -291,13 +351,25 @@ class MTSAC:
             p.grad.copy_(g.view_as(p))
 
     def _alpha_step(self, logp: torch.Tensor, out: dict) -> torch.Tensor:
-        # mtrl's form: loss_t = mean_b alpha_t (-log pi - target entropy); each log_alpha_t sees only task t.
+        # mtrl's form: loss_t = mean_b alpha_t (-log pi - target entropy); each log_alpha_t sees only
+        # task t. One shared log_alpha descends the mean over tasks (mtrl's mean over the batch).
         self.alpha_opt.zero_grad(set_to_none=False)
-        losses = (self.log_alpha.exp().unsqueeze(1) * (-logp - self.target_entropy).detach()).mean(-1)
-        losses.sum().backward()
+        alpha = self.log_alpha.exp().expand(self.num_tasks)
+        losses = (alpha.unsqueeze(1) * (-logp - self.target_entropy).detach()).mean(-1)
+        shared = self.cfg.temperature == "shared"
+        (losses.mean() if shared else losses.sum()).backward()
+        if self.temperature_aggregator is not None:
+            self._aggregate_temperature_grad(losses.detach(), shared)
         ok = _guarded_step(self.alpha_opt, [self.log_alpha], self.cfg.grad_clip)
         out["alpha_loss"] = losses.detach()
         return ok
+
+    def _aggregate_temperature_grad(self, losses: torch.Tensor, shared: bool) -> None:
+        # d loss_t / d log_alpha = alpha c_t = loss_t: task t's gradient row is its loss, on the one
+        # shared column ([T, 1]) or on its own column (diagonal [T, T], scaled by T like the critics).
+        rows = losses.unsqueeze(1) if shared else torch.diag(losses)
+        direction = self.temperature_aggregator(rows, losses)
+        self.log_alpha.grad.copy_(direction if shared else direction * self.num_tasks)
 
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -308,6 +380,8 @@ class MTSAC:
             "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
             "alpha_opt": self.alpha_opt.state_dict(), "aggregator": self.aggregator.state_dict(),
             "critic_aggregator": None if self.critic_aggregator is None else self.critic_aggregator.state_dict(),
+            "temperature_aggregator": (None if self.temperature_aggregator is None
+                                       else self.temperature_aggregator.state_dict()),
             "generator": self.generator.get_state(), "nonfinite_updates": self.nonfinite_updates.clone(),
             "nonfinite_streak": self.nonfinite_streak.clone(), "nonfinite_longest": self.nonfinite_longest.clone(),
         }
@@ -326,11 +400,20 @@ class MTSAC:
         self.aggregator.load_state_dict(state["aggregator"])
         if self.critic_aggregator is not None and state.get("critic_aggregator") is not None:
             self.critic_aggregator.load_state_dict(state["critic_aggregator"])
+        if self.temperature_aggregator is not None and state.get("temperature_aggregator") is not None:
+            self.temperature_aggregator.load_state_dict(state["temperature_aggregator"])
         self.generator.set_state(state["generator"].cpu() if hasattr(state["generator"], "cpu") else state["generator"])
         self.nonfinite_updates.copy_(state["nonfinite_updates"])
         # checkpoints from before the streak counters: no streak known
         self.nonfinite_streak.copy_(state.get("nonfinite_streak", torch.zeros((), dtype=torch.int64)))
         self.nonfinite_longest.copy_(state.get("nonfinite_longest", torch.zeros((), dtype=torch.int64)))
+
+
+def _fresh_copy(aggregator: Aggregator) -> Aggregator:
+    """A second, independent instance (own state) of the aggregator, for the critic or temperature losses."""
+    quiet = _nonraising(copy.deepcopy(aggregator))
+    quiet.reset()
+    return quiet
 
 
 def _nonraising(aggregator: Aggregator) -> Aggregator:
@@ -466,6 +549,8 @@ def _conflict_stats(grads: torch.Tensor, direction: torch.Tensor) -> dict[str, t
     t = grads.shape[0]
     if t > 1:
         cos = (grads @ grads.T) / (norms.unsqueeze(0) * norms.unsqueeze(1)).clamp_min(1e-30)
-        pairs = cos[torch.triu(torch.ones(t, t, dtype=torch.bool, device=grads.device), diagonal=1)]
+        # integer indices, not a boolean mask: mask indexing runs nonzero(), a host sync on a GPU
+        upper = torch.triu_indices(t, t, 1, device=grads.device)
+        pairs = cos[upper[0], upper[1]]
         stats.update(grad_cos_min=pairs.min(), grad_cos_mean=pairs.mean(), grad_conflicts=(pairs < 0).sum())
     return stats

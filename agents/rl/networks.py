@@ -14,12 +14,35 @@ import torch
 from torch import nn
 
 
+INIT_CHOICES = ("torch", "xavier")
+
+
 def _uniform_(t: torch.Tensor, fan_in: int, gen: torch.Generator | None) -> None:
     # nn.Linear's default scale U(-1/sqrt(fan_in), 1/sqrt(fan_in)), drawn from our generator
     # so that construction is reproducible from the agent's seed alone.
     bound = 1.0 / math.sqrt(fan_in)
     with torch.no_grad():
         t.uniform_(-bound, bound, generator=gen)
+
+
+def _init_layer_(weight: torch.Tensor, bias: torch.Tensor, fan_in: int, fan_out: int, init: str,
+                 gen: torch.Generator | None) -> None:
+    """One linear layer (``weight [..., fan_in, fan_out]``, any stacking in front).
+
+    ``torch``: nn.Linear's default for weight and bias. ``xavier``: mtrl's ``weight_init``
+    (Xavier/Glorot uniform weights U(±sqrt(6 / (fan_in + fan_out))), zero biases), applied to
+    each stacked matrix separately, as mtrl applies it to each head of its multi-head layer.
+    """
+    if init == "torch":
+        _uniform_(weight, fan_in, gen)
+        _uniform_(bias, fan_in, gen)
+        return
+    if init != "xavier":
+        raise ValueError(f"init={init!r} is not valid; allowed: {', '.join(INIT_CHOICES)}")
+    bound = math.sqrt(6.0 / (fan_in + fan_out))
+    with torch.no_grad():
+        weight.uniform_(-bound, bound, generator=gen)
+        bias.zero_()
 
 
 class TaskActor(nn.Module):
@@ -33,7 +56,7 @@ class TaskActor(nn.Module):
 
     def __init__(self, obs_dim: int, action_dim: int, num_tasks: int, hidden_sizes: list[int],
                  multi_head: bool = False, log_std_min: float = -20.0, log_std_max: float = 2.0,
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, init: str = "torch") -> None:
         super().__init__()
         if not hidden_sizes:
             raise ValueError("hidden_sizes must name at least one hidden layer, e.g. [400, 400, 400]")
@@ -48,10 +71,9 @@ class TaskActor(nn.Module):
         self.head_weight = nn.Parameter(torch.empty(sizes[-1], heads * 2 * action_dim))
         self.head_bias = nn.Parameter(torch.empty(heads * 2 * action_dim))
         for i in range(0, len(self.trunk), 2):
-            _uniform_(self.trunk[i], sizes[i // 2], generator)
-            _uniform_(self.trunk[i + 1], sizes[i // 2], generator)
-        _uniform_(self.head_weight, sizes[-1], generator)
-        _uniform_(self.head_bias, sizes[-1], generator)
+            _init_layer_(self.trunk[i], self.trunk[i + 1], sizes[i // 2], sizes[i // 2 + 1], init, generator)
+        # a head's own fan-out is 2A: the T heads of a multi-head layer are T separate layers
+        _init_layer_(self.head_weight, self.head_bias, sizes[-1], 2 * action_dim, init, generator)
 
     def trunk_parameter_names(self) -> list[str]:
         return [f"trunk.{i}" for i in range(len(self.trunk))]
@@ -71,13 +93,24 @@ class TaskActor(nn.Module):
         return mean, log_std
 
 
-def squashed_sample(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Reparameterised tanh-Gaussian sample ``a = tanh(mean + std * eps)`` and its log-density ``[...]``."""
+def squashed_sample(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor,
+                    log_prob_clamp: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reparameterised tanh-Gaussian sample ``a = tanh(mean + std * eps)`` and its log-density ``[...]``.
+
+    ``log_prob_clamp=None``: the exact ``log(1 - tanh(u)^2)``, written stably. A number ε:
+    mtrl's form ``log(max(1 - a^2, 0) + ε)`` computed from the squashed action ``a`` (mtrl uses
+    ε = 1e-6), which caps each action dimension's Jacobian correction at ``-log ε`` (13.8 for
+    1e-6) once ``a`` saturates; the exact form keeps growing linearly in ``|u|``.
+    """
     u = mean + log_std.exp() * eps
+    action = torch.tanh(u)
     gauss = -0.5 * eps.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
-    # log(1 - tanh(u)^2) written stably: 2 (log 2 - u - softplus(-2u)).
-    jacobian = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
-    return torch.tanh(u), (gauss - jacobian).sum(-1)
+    if log_prob_clamp is None:
+        # log(1 - tanh(u)^2) written stably: 2 (log 2 - u - softplus(-2u)).
+        jacobian = 2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))
+    else:
+        jacobian = torch.log(torch.relu(1.0 - action.pow(2)) + log_prob_clamp)
+    return action, (gauss - jacobian).sum(-1)
 
 
 class TwinCriticEnsemble(nn.Module):
@@ -91,7 +124,7 @@ class TwinCriticEnsemble(nn.Module):
     """
 
     def __init__(self, obs_dim: int, action_dim: int, num_tasks: int, hidden_sizes: list[int],
-                 num_q: int = 2, generator: torch.Generator | None = None) -> None:
+                 num_q: int = 2, generator: torch.Generator | None = None, init: str = "torch") -> None:
         super().__init__()
         sizes = [obs_dim + action_dim, *hidden_sizes, 1]
         self.num_q, self.num_tasks = num_q, num_tasks
@@ -100,8 +133,7 @@ class TwinCriticEnsemble(nn.Module):
         for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
             w = nn.Parameter(torch.empty(num_tasks, num_q, fan_in, fan_out))
             b = nn.Parameter(torch.empty(num_tasks, num_q, 1, fan_out))
-            _uniform_(w, fan_in, generator)
-            _uniform_(b, fan_in, generator)
+            _init_layer_(w, b, fan_in, fan_out, init, generator)
             self.weights.append(w)
             self.biases.append(b)
 
