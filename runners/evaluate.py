@@ -1,17 +1,29 @@
-"""``morl eval RUN_DIR``: per-task success of a run's latest (or a chosen) checkpoint."""
+"""``morl eval RUN_DIR``: evaluate the latest (or a chosen) checkpoint of a run of any kind."""
 
 from __future__ import annotations
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("run_dir", help="a run directory written by `morl train`")
+    parser.add_argument("run_dir", help="a run directory written by `morl train|supervised|forum|fl|prompt`")
     parser.add_argument("--checkpoint", default=None, help="checkpoint file (default: RUN_DIR/checkpoints/last.pt)")
-    parser.add_argument("--episodes", type=int, default=None, help="episodes per task (default: run.eval_episodes or the protocol's)")
+    parser.add_argument("--episodes", type=int, default=None, help="RL: episodes per task (default: run.eval_episodes or the protocol's)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: the run's device)")
 
 
 def main(args) -> int:
-    from morl.runners.rl.runs import evaluate_run
+    from morl.runners.errors import UserError
+    from morl.runners.shell.commands import evaluate
+    from morl.runners.shell.kinds import experiment_class, kind_of
+    from morl.runners.run_dir import existing_run_dir
 
-    evaluate_run(args.run_dir, checkpoint=args.checkpoint, episodes=args.episodes, device=args.device)
+    cls = experiment_class(kind_of(existing_run_dir(args.run_dir)))
+    options = {}
+    if args.episodes is not None:
+        if cls.kind != "rl":
+            raise UserError(f"--episodes applies to RL runs only; {args.run_dir} is a {cls.kind} run")
+        if args.episodes < 1:
+            raise UserError(f"--episodes must be >= 1, got {args.episodes}")
+        options["episodes"] = args.episodes
+    overrides = [f"{cls.device_key}={args.device}"] if args.device else []
+    evaluate(args.run_dir, checkpoint=args.checkpoint, overrides=overrides, **options)
     return 0

@@ -41,6 +41,22 @@ def new_run_dir(out_dir: str | Path, name: str) -> Path:
     return path
 
 
+def named_run_dir(path: str | Path) -> Path:
+    """Create exactly ``path`` as a run directory (``--run-dir``; sweeps name their cells). It
+    must not exist yet, or be an empty folder."""
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UserError(f"--run-dir {str(path)!r} already exists and is not an empty folder; "
+                        f"continue it with `morl resume {path}` or choose a new path")
+    try:
+        (path / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the run directory {str(path)!r} ({exc.strerror}); choose a writable path") from None
+    _created.append(path)
+    claim_run_dir(path)
+    return path
+
+
 def claim_run_dir(run_dir: str | Path) -> None:
     """Lock ``run_dir`` for this process (one writer per run) and remove temporary files that a
     killed checkpoint write left behind (safe only once the lock is held)."""

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("config", help="YAML config, e.g. configs/mt10_cagrad.yaml (keys: docs/configs.md)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="nested overrides, e.g. agent.batch_size=256 run.device=cpu")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal anyway)")
+    from morl.runners.shell.commands import add_start_arguments
+
+    add_start_arguments(parser, "configs/mt10_cagrad.yaml")
 
 
 def main(args) -> int:
-    from morl.runners.rl.config import load_rl_config
-    from morl.runners.rl.runs import start_run
+    from morl.runners.shell.commands import start_command
 
-    cfg = load_rl_config(args.config, args.overrides)
-    start_run(cfg, progress=False if args.no_progress else None)
-    return 0
+    return start_command("rl", args)

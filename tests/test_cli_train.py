@@ -62,6 +62,9 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
     assert morl(["train", QUICK, *TINY, "run.total_steps=60", f"run.out_dir={out_dir}", "run.name=tiny"]) == 0
     (run_dir,) = out_dir.iterdir()
     assert run_dir.name.startswith("tiny-")
+    printed = capsys.readouterr().out  # where the run is, how to watch and evaluate it
+    assert "building the point_mass environments" in printed
+    assert f"tensorboard --logdir {run_dir / 'tb'}" in printed and f"morl eval {run_dir}" in printed
 
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())  # the resolved config, overrides applied
     assert saved["agent"]["hidden_sizes"] == [32, 32] and saved["aggregator"]["name"] == "pcgrad"
@@ -86,6 +89,12 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
     # the aggregator is timed through forward hooks and its device counters reach the log
     assert last["perf/aggregation_ms"] > 0 and last["aggregator/nonfinite_steps"] == 0
 
+    info = json.loads((run_dir / "run.json").read_text())  # what resume/eval/sweep dispatch on
+    assert (info["kind"], info["status"], info["position"], info["total"], info["unit"]) == ("rl", "finished", 60, 60, "step")
+    final = json.loads((run_dir / "final_metrics.json").read_text())
+    assert final["step"] == 60 and final["headline"] == eval_lines[-1]["eval/success"]["mean"]
+    assert final["eval/success"] == eval_lines[-1]["eval/success"]
+
     tags = _tags(run_dir)
     expected = [
         "train/success/mean", "train/return/goal-2", "eval/success/goal-0", "eval/success/mean", "eval/return/mean",
@@ -101,8 +110,10 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
     out = capsys.readouterr().out
     assert "goal-3" in out and "mean" in out
     result = json.loads((run_dir / "eval" / "step_000000060.json").read_text())
-    assert result["episodes_per_task"] == 2 and set(result["success"]) == {"goal-0", "goal-1", "goal-2", "goal-3"}
-    assert all(0.0 <= v <= 1.0 for v in result["success"].values())
+    assert result["episodes_per_task"] == 2 and result["step"] == 60 and result["kind"] == "rl"
+    assert set(result["eval/success"]) == {"goal-0", "goal-1", "goal-2", "goal-3", "mean"}
+    assert all(0.0 <= v <= 1.0 for v in result["eval/success"].values())
+    assert result["headline"] == result["eval/success"]["mean"]
 
 
 def test_eval_and_resume_reject_a_folder_that_is_not_a_run(tmp_path, capsys):

@@ -8,7 +8,7 @@ loop over tasks and twins, log π from ``torch.distributions``. The agent's grad
 * TD target (eq. 3 and 5, with the minimum of the two target Q-functions of the practical algorithm):
   ``y = r + γ (1 − terminated) (min_j Q̄_j(s', a') − α_t log π(a'|s'))``, a' ~ π(·|s').
   The batch carries ``terminated`` only: a time-limit truncation is stored as not terminal
-  (runners/rl/loop.py, docs/mtsac.md), so such rows bootstrap like the ``terminated = 0`` rows here.
+  (runners/rl/iteration.py, docs/mtsac.md), so such rows bootstrap like the ``terminated = 0`` rows here.
 * critic loss per task: ``Σ_j mean_b (Q_j(s, a) − y)²`` (eq. 5 without its ½, as mtrl; Adam ignores the scale).
 * tanh-Gaussian log π (Appendix C): ``log N(u; μ, σ) − Σ log(1 − tanh(u)²)``.
 * actor loss (eq. 7, reparameterised): ``mean_b (α_t log π(ã|s) − min_j Q_j(s, ã))``, the mean over tasks

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import morl.runners.rl.loop as rl_loop
+import morl.runners.rl.iteration as rl_loop
 from morl.runners.checkpoint import torch_load
 from morl.runners.cli import main as morl
 from morl.runners.rl.config import load_rl_config
-from morl.runners.rl.runs import resume_run, start_run
+from morl.runners.shell.commands import resume as _resume
+from morl.runners.shell.commands import start
 from state_equality import assert_state_equal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +26,14 @@ TINY = [
     "agent.hidden_sizes=[32,32]", "agent.batch_size=64", "agent.buffer_capacity=4000", "run.device=cpu",
     "run.warmup_steps=10", "run.log_every=7", "run.eval_every=25", "run.checkpoint_every=20", "run.eval_episodes=1",
 ]
+
+
+def start_run(cfg, progress=False):
+    return start("rl", cfg, progress=progress)
+
+
+def resume_run(run_dir, overrides=(), progress=False):
+    return _resume(run_dir, overrides, progress=progress)
 
 
 def _final_state(run_dir: Path) -> dict:

@@ -1,6 +1,6 @@
 """``morl bench rl``: MT10 training throughput per aggregator, and our MT-SAC update against SB3's SAC.
 
-Part 1 (transitions/s): the real training iteration (``rl_loop.iterate``: policy action ->
+Part 1 (transitions/s): the real training iteration (``morl.runners.rl.iteration.iterate``: policy action ->
 MT10 step of all 10 envs -> store -> sample 128 per task -> one MT-SAC update) with the mean,
 PCGrad, CAGrad (c = 0.9) and MoCo aggregators, each as a ratio to mean. Target: CAGrad >= 0.85x.
 
@@ -112,7 +112,7 @@ def _interleaved(fns: dict[str, Any], repeats: int, device: torch.device) -> dic
 def loop_throughput(cfg, env, replay, aggregators: dict[str, dict], loop_steps: int, warmup: int) -> dict[str, dict]:
     """Transitions/s of the full training iteration (median iteration) for each aggregator, and
     its ratio to ``mean`` (median over interleaved pairs of iterations)."""
-    from morl.runners.rl.loop import iterate
+    from morl.runners.rl.iteration import iterate
     from morl.runners.rl.metrics import AggregationTimer, SectionTimer
 
     sessions = {name: _session(cfg, env, replay, name, options) for name, options in aggregators.items()}

@@ -205,29 +205,34 @@ class AggregationTimer:
         return {f"aggregator/{name}": int(v) for name, v in zip(stats, values)}
 
 
-def write_log(logger, step: int, task_names: list[str], stats: LoopStats, timer: SectionTimer, agg_timer: AggregationTimer) -> dict[str, Any]:
-    """Write one log interval to TensorBoard and metrics.jsonl; returns the JSON record."""
-    record: dict[str, Any] = {"kind": "train"}
+def interval_metrics(task_names: list[str], stats: LoopStats, timer: SectionTimer, agg_timer: AggregationTimer) -> dict[str, Any]:
+    """The metrics of one log interval, ``{tag: float | {task: float, "mean": float}}``; the
+    shell writes them (TensorBoard + metrics.jsonl)."""
+    record: dict[str, Any] = {}
     success, ret = stats.episode_means()
     if not np.isnan(success).all():
-        record["train/success"] = logger.per_task("train/success", np.nan_to_num(success, nan=0.0), task_names, step)
-        record["train/return"] = logger.per_task("train/return", np.nan_to_num(ret, nan=0.0), task_names, step)
+        record["train/success"] = per_task(np.nan_to_num(success, nan=0.0), task_names)
+        record["train/return"] = per_task(np.nan_to_num(ret, nan=0.0), task_names)
     t0 = time.perf_counter()
     means = stats.update_means()  # the one host synchronisation of the interval
     sync_s = time.perf_counter() - t0
     for key, values in means.items():
         tag = UPDATE_TAGS.get(key, f"train/{key}")
         if key in SCALAR_METRICS or values.size != len(task_names):
-            record[tag] = logger.scalar(tag, float(values.mean()), step)
+            record[tag] = float(values.mean())
         else:
-            record[tag] = logger.per_task(tag, values, task_names, step)
-    record.update(_perf(logger, step, stats, timer, agg_timer, sync_s))
-    logger.record(step, **record)
-    logger.flush()
+            record[tag] = per_task(values, task_names)
+    record.update(_perf(stats, timer, agg_timer, sync_s))
     return record
 
 
-def _perf(logger, step, stats: LoopStats, timer: SectionTimer, agg_timer: AggregationTimer, sync_s: float) -> dict[str, float]:
+def per_task(values, task_names: list[str]) -> dict[str, float]:
+    """``{task: value, ..., "mean": mean}``: how per-task metrics are logged (``tag/<task>``, ``tag/mean``)."""
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    return {**{name: float(v) for name, v in zip(task_names, values)}, "mean": float(values.mean())}
+
+
+def _perf(stats: LoopStats, timer: SectionTimer, agg_timer: AggregationTimer, sync_s: float) -> dict[str, float]:
     elapsed = max(timer.elapsed(), 1e-9)
     env_s = timer.seconds.get("env", 0.0)
     update_s = timer.seconds.get("update", 0.0) + sync_s  # device work finishes during the sync
@@ -240,9 +245,5 @@ def _perf(logger, step, stats: LoopStats, timer: SectionTimer, agg_timer: Aggreg
         "perf/aggregation_fraction": min(agg_s / elapsed, 1.0),
         "perf/aggregation_ms": agg_timer.per_call() * 1e3 if agg_timer.calls else float("nan"),
     }
-    for tag, value in perf.items():
-        if np.isfinite(value):
-            logger.scalar(tag, value, step)
-    for tag, value in agg_timer.counters().items():
-        perf[tag] = logger.scalar(tag, value, step)
+    perf.update({tag: float(value) for tag, value in agg_timer.counters().items()})
     return perf

@@ -90,6 +90,18 @@ def build_agent(cfg: RLConfig, env, device: torch.device):
     return agent, agent.aggregator  # the instance the agent really calls
 
 
+def build_evaluation(cfg: RLConfig) -> Session:
+    """What ``morl eval`` needs: the evaluation env and the agent (no training env, no replay)."""
+    from morl.runners.device import resolve_device
+
+    device = resolve_device(cfg.run.device)
+    seed_everything(cfg.run.seed)
+    _, eval_env = make_envs(cfg, eval_only=True)
+    agent, aggregator = build_agent(cfg, eval_env, device)
+    return Session(cfg=cfg, device=device, env=None, eval_env=eval_env, agent=agent, aggregator=aggregator, replay=None,
+                   sample_gen=None, action_rng=None, obs=None, stats=LoopStats(eval_env.num_tasks))
+
+
 def build_session(cfg: RLConfig) -> Session:
     """Seed, then build envs, agent and replay buffer. Writes nothing to disk."""
     from morl.agents.rl.replay import MultiTaskReplay
@@ -195,20 +207,3 @@ def agent_state_for(agent, state: dict[str, Any], same_device: bool) -> dict[str
     if same_device:
         return state["agent"]
     return {**state["agent"], "generator": agent.generator.get_state()}
-
-
-def save_checkpoint(s: Session, run_dir: Path) -> Path:
-    """Atomically write ``checkpoints/last.pt`` (full state) and, every ``checkpoint_every``
-    steps, a small ``step_<N>.pt`` snapshot without the replay buffer (networks for ``morl
-    eval`` of earlier points); only the newest ``keep_checkpoints`` snapshots are kept."""
-    from morl.runners.checkpoint import atomic_torch_save
-    from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
-
-    folder = Path(run_dir) / CHECKPOINT_DIR
-    state = session_state(s)
-    atomic_torch_save(state, folder / LAST_CHECKPOINT)
-    snapshot = {k: v for k, v in state.items() if k != "replay"}
-    atomic_torch_save(snapshot, folder / f"step_{s.step:09d}.pt")
-    for old in sorted(folder.glob("step_*.pt"))[: -s.cfg.run.keep_checkpoints]:
-        old.unlink(missing_ok=True)
-    return folder / LAST_CHECKPOINT

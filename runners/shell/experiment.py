@@ -44,9 +44,11 @@ class Experiment:
     run_dir: Path | None = None  # set by the shell before the first step (for divergence messages)
     map_location: Any = "cpu"  # where checkpoint tensors are loaded to (the run's device)
 
+    device_key: ClassVar[str] = "device"  # the config key `morl eval --device` overrides
+    position: int = 0  # units done
+
     def __init__(self, cfg: Any, *, for_evaluation: bool = False) -> None:
         self.cfg = cfg
-        self.position = 0
 
     # ----- config -------------------------------------------------------------------------
     @classmethod
@@ -92,8 +94,10 @@ class Experiment:
         """Evaluation metrics; ``headline`` (a float) is shown on the progress bar."""
         return {}
 
-    def watch(self) -> None:
-        """Raise ``Diverged`` when training has gone non-finite (called before each checkpoint)."""
+    def watch(self) -> str | None:
+        """Raise ``Diverged`` when training has gone non-finite (called at log points and before
+        each checkpoint); may return a warning line (e.g. skipped updates) to print."""
+        return None
 
     def final_metrics(self) -> dict[str, Any]:
         """What ``final_metrics.json`` holds at the end of the run."""

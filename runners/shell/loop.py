@@ -64,9 +64,10 @@ def run(exp: Experiment, run_dir: Path, *, progress: bool | None = None, resumed
         final = _finish(exp, run_dir, logger)
         status = "finished"
         return final
-    except Diverged:
+    except Diverged as exc:
         status = "diverged"
         bar.close()  # the line goes below the bar, not into it
+        exc.report()
         raise
     finally:
         bar.close()
@@ -85,7 +86,7 @@ def _loop(exp: Experiment, run_dir: Path, logger, bar: Progress, stop, stop_at: 
         p, last = exp.position, exp.position == sched.total
         if p % sched.log_every == 0 or last:
             record = write(logger, p, "train", exp.log_metrics())
-            exp.watch()
+            _say(bar, exp.watch())
             bar.show(**exp.progress_fields(record))
             bar.heartbeat(p, estimate=exp.eta_reliable)
         if p % sched.eval_every == 0 or last:
@@ -98,7 +99,7 @@ def _loop(exp: Experiment, run_dir: Path, logger, bar: Progress, stop, stop_at: 
                 bar.message(f"{exp.unit} {p}: {line}")
         stopping = stop.requested or (stop_at is not None and p >= stop_at)
         if p % sched.checkpoint_every == 0 or last or stopping or clock.due():
-            exp.watch()  # never write a diverged state over the last good one
+            _say(bar, exp.watch())  # never write a diverged state over the last good one
             save_checkpoint(exp, run_dir)
             logger.flush()
             clock.reset()
@@ -106,6 +107,11 @@ def _loop(exp: Experiment, run_dir: Path, logger, bar: Progress, stop, stop_at: 
         bar.advance()
         if stopping:
             return
+
+
+def _say(bar: Progress, line: str | None) -> None:
+    if line:
+        bar.message(line)
 
 
 def _finish(exp: Experiment, run_dir: Path, logger) -> dict[str, Any]:
