@@ -1,0 +1,166 @@
+"""Watching an agent: rendered evaluation episodes (envs/rendering.py) and the videos written from them (runners/video.py)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from morl.envs import make_env
+from morl.envs.rendering import render_episodes
+from morl.runners import video
+from morl.runners.video import record_videos
+
+SIZE = 64  # pixels; point_mass's arena is 3 world units wide: 21.3 pixels per unit
+
+
+def goal_seeking(env, seen):
+    """A deterministic policy to the sub-env's own goal (full speed, slowing within 0.2); records what it saw."""
+
+    def policy(obs):
+        seen.append(obs.copy())
+        goal = env.goals[obs[:, -env.num_tasks :].argmax(1)]
+        return np.clip((goal - obs[:, :2]) / 0.2, -1, 1)
+
+    return policy
+
+
+def circling(obs):
+    """Moves tangentially round the origin: the point never stands still, so no two consecutive frames are equal."""
+    pos = obs[:, :2].astype(np.float64)
+    tangent = np.stack([-pos[:, 1], pos[:, 0]], axis=1)
+    return tangent / np.linalg.norm(tangent, axis=1, keepdims=True)
+
+
+def red_centre(frame):
+    rows, cols = np.nonzero((frame[..., 0] > 200) & (frame[..., 1] < 100))
+    return np.array([cols.mean(), rows.mean()])
+
+
+def to_pixels(pos, arena=1.5):
+    """World (x, y) -> (column, row) of the pixel centre, by hand: x = -arena is column -0.5, y = +arena is row -0.5."""
+    return np.array([(pos[0] + arena) / (2 * arena) * SIZE - 0.5, (arena - pos[1]) / (2 * arena) * SIZE - 0.5])
+
+
+def test_point_mass_frames_show_each_state_the_policy_acted_in_and_the_last_one():
+    env = make_env("point_mass", seed=0, eval=True)
+    seen = []
+    out = render_episodes(env, goal_seeking(env, seen), episodes=2, tasks=["goal-1"], size=SIZE)
+    assert list(out) == ["goal-1"] and len(out["goal-1"]) == 2
+    first, second = out["goal-1"]
+    # 20-step episodes: the state before each of the 20 actions, and the state after the last one
+    assert first.frames.shape == second.frames.shape == (21, SIZE, SIZE, 3) and first.frames.dtype == np.uint8
+    assert first.success and second.success  # the goal is 5 full-speed steps away
+    i = env.envs_per_task * 1  # the sub-env drawn: task 1's first
+    for t in range(20):
+        # the dot is a disk of radius r/3 = 0.067 (1.4 px): its pixel centroid is the position to < 1 px
+        np.testing.assert_allclose(red_centre(first.frames[t]), to_pixels(seen[t][i, :2]), atol=1.0)
+        np.testing.assert_allclose(red_centre(second.frames[t]), to_pixels(seen[20 + t][i, :2]), atol=1.0)
+    # the last frame: one more step of the dynamics from the state of the 20th action (hand formula)
+    last = seen[19][i, :2] + 0.1 * 2.0 * np.clip((env.goals[1] - seen[19][i, :2]) / 0.2, -1, 1)
+    np.testing.assert_allclose(red_centre(first.frames[20]), to_pixels(last), atol=1.0)
+    # the own goal is green, the others grey
+    green = (first.frames[0] == (60, 180, 75)).all(-1)
+    np.testing.assert_allclose(np.argwhere(green).mean(0)[::-1], to_pixels(env.goals[1]), atol=0.5)
+
+
+def test_record_videos_writes_one_playable_file_and_one_tensorboard_video_per_task(tmp_path, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    monkeypatch.setattr(video, "mp4_available", lambda: False)  # the GIF path, whatever is installed
+    env = make_env("point_mass", seed=0, num_tasks=2, eval=True)
+    writer = SummaryWriter(str(tmp_path / "tb"))
+    paths = record_videos(circling, env, tmp_path / "videos", writer=writer, episodes=2, fps=20, step=7, size=SIZE)
+    writer.close()
+    assert [p.name for p in paths] == ["goal-0.gif", "goal-1.gif"]
+    reference = render_episodes(make_env("point_mass", seed=0, num_tasks=2, eval=True), circling, episodes=2, size=SIZE)
+    for path, task in zip(paths, env.task_names):
+        frames = np.concatenate([e.frames for e in reference[task]])
+        with Image.open(path) as gif:
+            assert gif.n_frames == 2 * 21
+            back = []
+            for n in range(gif.n_frames):
+                gif.seek(n)
+                assert gif.info["duration"] == 50  # 1000 ms / 20 fps
+                back.append(np.asarray(gif.convert("RGB")))
+        np.testing.assert_array_equal(np.stack(back), frames)  # 4 colours: the palette is exact
+    acc = EventAccumulator(str(tmp_path / "tb"))
+    acc.Reload()
+    assert set(acc.Tags()["images"]) == {"eval/video/goal-0", "eval/video/goal-1"}
+    event = acc.Images("eval/video/goal-0")[0]
+    assert event.step == 7 and (event.width, event.height) == (SIZE, SIZE)
+    assert event.encoded_image_string == paths[0].read_bytes()  # the same animated GIF
+    assert not list((tmp_path / "videos").glob(".*"))  # no temporary file left
+
+
+@pytest.mark.skipif(not video.mp4_available(), reason="imageio-ffmpeg is not installed: videos are GIFs")
+def test_mp4_has_every_frame(tmp_path):
+    import imageio.v2 as imageio
+
+    env = make_env("point_mass", seed=0, num_tasks=1, eval=True)
+    (path,) = record_videos(circling, env, tmp_path, episodes=1, size=SIZE)
+    assert path.suffix == ".mp4" and len(imageio.mimread(path)) == 21
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"size": 100}, "multiple of 16"),
+        ({"camera": "sky"}, "valid cameras: corner"),
+        ({"fps": 0}, "fps must be"),
+        ({"episodes": 0}, "episodes must be >= 1"),
+    ],
+)
+def test_bad_options_name_what_is_allowed_and_write_nothing(tmp_path, kwargs, message):
+    env = make_env("point_mass", seed=0, eval=True)
+    with pytest.raises(ValueError, match=message):
+        record_videos(circling, env, tmp_path / "videos", **kwargs)
+    assert not (tmp_path / "videos").exists()
+    with pytest.raises(ValueError, match="this env's tasks: goal-0"):
+        render_episodes(env, circling, tasks=["reach-v3"])
+
+
+# A fresh interpreter: MuJoCo chooses its GL backend when first imported, and other test modules
+# may already have imported it (with the default GLFW backend, which needs a display).
+METAWORLD_SCRIPT = textwrap.dedent(
+    """
+    import numpy as np
+    from morl.envs.rendering import prefer_headless_gl
+    prefer_headless_gl()
+    import mujoco
+    try:
+        mujoco.Renderer(mujoco.MjModel.from_xml_string("<mujoco/>"), 64, 64).close()
+    except Exception as exc:
+        print("NO_GL", type(exc).__name__, exc)
+        raise SystemExit(0)
+    from morl.envs import make_env
+    from morl.envs.rendering import render_episodes
+    env = make_env("mt1:reach-v3", seed=0, eval=True, max_episode_steps=4)
+    push = lambda obs: np.tile(np.array([1.0, 0.0, 0.0, 0.0], np.float32), (env.num_envs, 1))
+    (episode,) = render_episodes(env, push, size=64)["reach-v3"]
+    np.save({path!r}, episode.frames)
+    env.close()
+    """
+)
+
+
+def test_metaworld_frame_renders_offscreen(tmp_path):
+    path = tmp_path / "frames.npy"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", METAWORLD_SCRIPT.format(path=str(path))], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if done.stdout.startswith("NO_GL"):
+        pytest.skip(f"no offscreen GL backend (MUJOCO_GL=egl or osmesa) works on this machine: {done.stdout.strip()}")
+    frames = np.load(path)
+    assert frames.shape == (5, 64, 64, 3) and frames.dtype == np.uint8  # 4 steps -> 5 frames
+    assert frames[0].std() > 20  # a scene, not a blank image
+    # the hand moved 4 steps along x: the images differ, the static scene around it does not (much)
+    changed = np.abs(frames[-1].astype(int) - frames[0].astype(int)).max(-1) > 30
+    assert 0.001 < changed.mean() < 0.5
+    # Meta-World's robot is red: the arm is in view
+    assert ((frames[0][..., 0] > 120) & (frames[0][..., 1] < 60) & (frames[0][..., 2] < 60)).mean() > 0.01
