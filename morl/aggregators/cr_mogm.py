@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._checks import check_number
-from morl.aggregators.base import Aggregator, GramianAggregator
+from morl.aggregators.base import Aggregator, GramianAggregator, _rows_finite_given
 from morl.solvers.gramian import gramian_and_top
 
 
@@ -41,13 +41,13 @@ class CRMOGM(Aggregator):
         self.register_buffer("lam", None)
         self.register_buffer("calls", None)
 
-    def _input_finite_rows(self, grads: torch.Tensor) -> torch.Tensor:
+    def _input_finite_rows(self, grads: torch.Tensor) -> torch.Tensor | bool:
         if not isinstance(self.base, GramianAggregator):
             return super()._input_finite_rows(grads)
         # As GramianAggregator's check: read diag G, and hand G to the base (one pass over [K, D])
         gram, top = gramian_and_top(grads)
         self.base.__dict__["_gram_of"] = (grads, gram, top)
-        return torch.isfinite(torch.diagonal(gram))
+        return _rows_finite_given(gram, top)
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         top = None
