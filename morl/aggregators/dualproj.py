@@ -14,7 +14,7 @@ import torch
 from morl.aggregators._checks import check_number
 from morl.aggregators._preference import PreferenceVector
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.dual_cone import EXACT_MAX_K, project_to_dual_cone, with_trace_ridge
+from morl.solvers.dual_cone import EXACT_MAX_K, project_with_free_set, with_trace_ridge
 
 
 class DualProj(PreferenceVector, GramianAggregator):
@@ -38,7 +38,11 @@ class DualProj(PreferenceVector, GramianAggregator):
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[-1]
         u = self._preference(k, gram, None).unsqueeze(-2)
-        v, converged = project_to_dual_cone(with_trace_ridge(gram, self.reg_eps), u, self.max_iter, self.tol)
+        # the previous call's free sets start the solve (a hint, not state: the optimum is the
+        # same from any start, and a start that is still optimal costs one K×K solve per row)
+        start = self.__dict__.get("_free_prev")
+        v, converged, free = project_with_free_set(with_trace_ridge(gram, self.reg_eps), u, self.max_iter, self.tol, free_start=start)
+        self.__dict__["_free_prev"] = free
         if k > EXACT_MAX_K:
             self._count_not_converged(converged.squeeze(-1))
         return v.squeeze(-2).to(gram.dtype)

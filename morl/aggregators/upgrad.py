@@ -15,7 +15,7 @@ import torch
 from morl.aggregators._checks import check_number
 from morl.aggregators._preference import PreferenceVector
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.dual_cone import EXACT_MAX_K, project_to_dual_cone, with_trace_ridge
+from morl.solvers.dual_cone import EXACT_MAX_K, project_with_free_set, with_trace_ridge
 
 
 class UPGrad(PreferenceVector, GramianAggregator):
@@ -43,7 +43,11 @@ class UPGrad(PreferenceVector, GramianAggregator):
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[-1]
         u = torch.diag_embed(self._preference(k, gram, None))  # row i: p_i e_i
-        v, converged = project_to_dual_cone(with_trace_ridge(gram, self.reg_eps), u, self.max_iter, self.tol)
+        # the previous call's free sets start the solve (a hint, not state: the optimum is the
+        # same from any start, and a start that is still optimal costs one K×K solve per row)
+        start = self.__dict__.get("_free_prev")
+        v, converged, free = project_with_free_set(with_trace_ridge(gram, self.reg_eps), u, self.max_iter, self.tol, free_start=start)
+        self.__dict__["_free_prev"] = free
         if k > EXACT_MAX_K:
             self._count_not_converged(converged.all(-1))
         return v.sum(-2).to(gram.dtype)

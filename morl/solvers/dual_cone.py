@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import torch
 
+from morl.solvers.dual_cone_host import HOST_MAX_WORK, project_host
 from morl.solvers.gramian import gram_scale
 from morl.solvers.min_norm import TIE, equilibrate, quad, ridge_for, support_masks
 
@@ -53,6 +54,11 @@ EXACT_MAX_K = 10
 ENUMERATE_MAX_SETS = 400
 #: Step lengths tried along the projection arc in the active-set phase (Bertsekas 1982).
 ARC_STEPS = (1.0, 0.5, 0.25, 0.125, 0.0625)
+#: On CPU, with one Gramian, up to this many primal-dual active-set rounds (:func:`pdas_steps`,
+#: one batched K×K solve each) run first, at every K, from the caller's warm start or from the
+#: rows whose multiplier at z = c is negative; the problems they leave unfinished go to the
+#: solvers above. 0 turns them off.
+PDAS_ROUNDS = 6
 
 
 def project_to_dual_cone(
@@ -65,25 +71,93 @@ def project_to_dual_cone(
     ``converged`` [..., B] is False where the iterative solver (K > ``exact_max_k``) stopped
     before no active row had a multiplier below −``tol`` (relative to the problem's own scale).
     """
+    return project_with_free_set(gram, u, max_iter, tol, exact_max_k)[:2]
+
+
+def project_with_free_set(
+    gram: torch.Tensor, u: torch.Tensor, max_iter: int = 100, tol: float = 1e-10, exact_max_k: int = EXACT_MAX_K,
+    free_start: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`project_to_dual_cone` with a warm start: ``(v, converged, free)``, ``free``
+    ([..., B, K] bools) the rows above their bound at the optimum. Passing the previous call's
+    ``free`` as ``free_start`` (same shape) lets a CPU solve whose optimal free set has not
+    changed finish in one K×K solve (:func:`pdas_steps`); a wrong start only costs rounds."""
+    if PDAS_ROUNDS and _host_sized(gram, u):
+        found = project_host(gram.tolist(), u.tolist(), ridge_for(gram.dtype), tol, PDAS_ROUNDS, _start_list(free_start, u))
+        if found is not None:
+            v, free = found
+            return (torch.tensor(v, dtype=torch.float64), torch.ones(len(v), dtype=torch.bool), torch.tensor(free, dtype=torch.bool))
     g = gram.to(torch.float64)
     # non-finite input (zeroed by the caller's check_finite="skip"): a singular solve raises
     g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, torch.zeros_like(g))
     g_hat, d = equilibrate(g / gram_scale(g), ridge_for(gram.dtype))
     d = d.unsqueeze(-2)
     c = u.to(torch.float64) * d
-    k = g.shape[-1]
+    if PDAS_ROUNDS and _one_cpu_problem(g_hat, c):
+        if free_start is None or free_start.shape != c.shape:
+            free_start = (c @ g_hat) < 0  # the rows whose multiplier at z = c is negative
+        z, converged, free = pdas_steps(g_hat, c, free_start, tol, PDAS_ROUNDS)
+        idx = (~converged).nonzero().squeeze(-1)  # a CPU read: free
+        if idx.numel():  # rounds that did not settle (cycling, degenerate G): the solvers below
+            z[idx], converged[idx] = _solve(g_hat, c[idx], max_iter, tol, exact_max_k)
+            free[idx] = z[idx] > c[idx]
+        return z / d, converged, free
+    z, converged = _solve(g_hat, c, max_iter, tol, exact_max_k)
+    return z / d, converged, z > c
+
+
+def _solve(g_hat: torch.Tensor, c: torch.Tensor, max_iter: int, tol: float, exact_max_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(z, converged)`` by enumeration (K ≤ ``exact_max_k``, with the active-set steps first
+    where :func:`_active_set_first` says) or by the iterative solver."""
+    k = g_hat.shape[-1]
     if k <= exact_max_k and _active_set_first(g_hat, c):
         z, converged = dual_cone_iterative(g_hat, c, 0, tol)
         idx = (~converged).nonzero().squeeze(-1)  # a CPU read: free
         if idx.numel():
             z[idx] = dual_cone_exact(g_hat, c[idx])
-        converged = torch.ones_like(converged)
-    elif k <= exact_max_k:
+        return z, torch.ones_like(converged)
+    if k <= exact_max_k:
         z = dual_cone_exact(g_hat, c)
-        converged = torch.ones(z.shape[:-1], dtype=torch.bool, device=z.device)
-    else:
-        z, converged = dual_cone_iterative(g_hat, c, max_iter, tol)
-    return z / d, converged
+        return z, torch.ones(z.shape[:-1], dtype=torch.bool, device=z.device)
+    return dual_cone_iterative(g_hat, c, max_iter, tol)
+
+
+def _host_sized(gram: torch.Tensor, u: torch.Tensor) -> bool:
+    """One small CPU problem (B·K³ ≤ HOST_MAX_WORK): :mod:`morl.solvers.dual_cone_host`."""
+    return gram.device.type == "cpu" and gram.dim() == 2 and u.dim() == 2 and u.shape[0] * gram.shape[-1] ** 3 <= HOST_MAX_WORK
+
+
+def _start_list(free_start: torch.Tensor | None, u: torch.Tensor) -> list | None:
+    return free_start.tolist() if free_start is not None and free_start.shape == u.shape else None
+
+
+def _one_cpu_problem(g_hat: torch.Tensor, c: torch.Tensor) -> bool:
+    """One Gramian ([K, K]) and its [B, K] right-hand sides on the CPU, where reading which
+    problems are finished costs no synchronisation."""
+    return g_hat.device.type == "cpu" and g_hat.dim() == 2 and c.dim() == 2
+
+
+def pdas_steps(g_hat: torch.Tensor, c: torch.Tensor, free: torch.Tensor, tol: float, rounds: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Primal-dual active-set rounds (Hintermüller, Ito & Kunisch 2003) from the free set
+    ``free`` ([B, K], CPU, one Gramian): each round solves every unfinished problem on its free
+    set F (y_A = c_A, Ĝ_FF y_F = −Ĝ_FA c_A) and stops it when y is optimal: y_F ≥ c_F and
+    every active multiplier (Ĝy)_A ≥ −tol·scale (the KKT conditions, with the tolerances of
+    :func:`active_set_steps`); otherwise the next F keeps the feasible free rows and frees the
+    active rows with negative multipliers. ``(max(z, c), done [B], free)``: rows not done
+    after ``rounds`` (the rule can cycle on degenerate problems) are the caller's to finish."""
+    done = None
+    for _ in range(rounds):
+        y = _free_set_solution(g_hat, c, free, clamp=False) if done is None else _unfinished_solution(g_hat, c, free, z, done)
+        mu = y @ g_hat  # (Ĝy)_k, the multiplier of row k where it is active (Ĝ symmetric)
+        scale = torch.maximum(c.abs().amax(-1, keepdim=True), (y * mu).sum(-1, keepdim=True).clamp_min(0).sqrt())
+        feasible = y >= c - 1e-12 * scale
+        wants_in = mu < -tol * scale
+        optimal = torch.where(free, feasible, ~wants_in).all(-1)
+        z, done = y, optimal if done is None else done | optimal
+        if bool(done.all()):
+            break
+        free = torch.where(done.unsqueeze(-1), free, torch.where(free, feasible, wants_in))
+    return torch.maximum(z, c), done, free
 
 
 def _active_set_first(g_hat: torch.Tensor, c: torch.Tensor) -> bool:
