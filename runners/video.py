@@ -110,3 +110,24 @@ def add_gif(writer, tag: str, frames: np.ndarray, fps: int, step: int) -> None:
     image = Summary.Image(height=h, width=w, colorspace=c, encoded_image_string=gif_bytes(frames, fps))
     # SummaryWriter has no public call for a prebuilt summary; add_video itself goes through this one.
     writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+
+
+def record_agent_videos(agent, eval_env, device, run_dir: str | Path, unit: str, position: int, episodes: int = 1) -> list[Path]:
+    """``morl eval --video``: the agent's deterministic policy, videos into ``video_dir(...)`` and
+    the run's TensorBoard folder (``RUN_DIR/tb``, tags ``eval/video/<task>`` at ``position``)."""
+    import sys
+
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return agent.act(torch.as_tensor(obs, device=device), deterministic=True).cpu().numpy()
+
+    out_dir = video_dir(run_dir, unit, position)
+    print(f"morl: rendering {episodes} episode(s) per task into {out_dir} ...", file=sys.stderr, flush=True)
+    writer = SummaryWriter(log_dir=str(Path(run_dir) / "tb"))
+    try:
+        return record_videos(policy, eval_env, out_dir, writer=writer, episodes=episodes, step=position)
+    finally:
+        writer.close()

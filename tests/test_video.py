@@ -164,3 +164,46 @@ def test_metaworld_frame_renders_offscreen(tmp_path):
     assert 0.001 < changed.mean() < 0.5
     # Meta-World's robot is red: the arm is in view
     assert ((frames[0][..., 0] > 120) & (frames[0][..., 1] < 60) & (frames[0][..., 2] < 60)).mean() > 0.01
+
+
+def test_morl_eval_video_writes_videos_of_the_checkpoint(tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from morl.runners.cli import main as morl
+
+    quick = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart_point_mass.yaml")
+    run = tmp_path / "run"
+    tiny = ["agent.hidden_sizes=[16,16]", "agent.batch_size=64", "run.device=cpu", "run.warmup_steps=10", "run.total_steps=20",
+            "run.log_every=10", "run.eval_every=20", "run.checkpoint_every=20", "run.eval_episodes=1"]
+    assert morl(["train", quick, *tiny, "--run-dir", str(run), "--no-progress"]) == 0
+    capsys.readouterr()
+
+    assert morl(["eval", str(run), "--video-episodes", "0"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["morl: error: --video-episodes must be >= 1, got 0"]
+    assert not (run / "videos").exists()
+
+    assert morl(["eval", str(run), "--video", "--video-episodes", "2"]) == 0
+    folder = run / "videos" / "step_000000020"
+    names = ["goal-0", "goal-1", "goal-2", "goal-3"]
+    suffix = ".mp4" if video.mp4_available() else ".gif"
+    assert sorted(p.name for p in folder.iterdir()) == [n + suffix for n in names]
+    result = json.loads((run / "eval" / "step_000000020.json").read_text())
+    assert result["videos"] == [str(folder / (n + suffix)) for n in names]
+    if suffix == ".gif":
+        with Image.open(folder / "goal-0.gif") as gif:
+            assert sum(_durations(gif)) == 2 * 21 * 50  # two 20-step episodes at 20 fps, however Pillow merged frames
+    tags = set()
+    for events in (run / "tb").glob("events.*"):
+        acc = EventAccumulator(str(events))
+        acc.Reload()
+        tags |= set(acc.Tags()["images"])
+    assert {f"eval/video/{n}" for n in names} <= tags
+
+
+def _durations(gif):
+    for n in range(gif.n_frames):
+        gif.seek(n)
+        yield gif.info["duration"]

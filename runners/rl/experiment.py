@@ -97,7 +97,8 @@ class RLExperiment(Experiment):
         tps = record.get("perf/transitions_per_s")
         return {} if tps is None else {"tps": tps}
 
-    def evaluate(self, episodes: int | None = None, **options: Any) -> dict[str, Any]:
+    def evaluate(self, episodes: int | None = None, video: str | None = None, video_episodes: int = 1,
+                 **options: Any) -> dict[str, Any]:
         from morl.runners.rl.iteration import eval_episodes, evaluate_agent
 
         s = self.s
@@ -106,6 +107,10 @@ class RLExperiment(Experiment):
         success = per_task(result["success"], names)
         ret = per_task(result["return"], names)
         out = {"eval/success": success, "eval/return": ret, "headline": success["mean"]}
+        if video is not None:  # `morl eval --video RUN_DIR`: video files and TensorBoard videos
+            from morl.runners.video import record_agent_videos
+
+            out["videos"] = [str(p) for p in record_agent_videos(s.agent, s.eval_env, s.device, video, self.unit, s.step, video_episodes)]
         if self.agg_timer is None:  # `morl eval`: a checkpoint, not a run in progress
             return {**out, "episodes_per_task": episodes or eval_episodes(s.cfg)}
         best = success["mean"] if np.isnan(s.stats.best_eval_success) else max(s.stats.best_eval_success, success["mean"])
