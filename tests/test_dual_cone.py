@@ -15,8 +15,23 @@ import pytest
 import quadprog
 import torch
 
-from morl.solvers.dual_cone import active_set_steps, project_to_dual_cone
+import morl.solvers.dual_cone as dc
+import morl.solvers.dual_cone_host as dc_host
+from morl.aggregators import build
+from morl.solvers.dual_cone import active_set_steps, project_to_dual_cone, project_with_free_set
 from morl.solvers.min_norm import equilibrate
+
+
+@pytest.fixture(params=["host", "pdas", "legacy"])
+def path(request, monkeypatch):
+    """Which CPU solver takes one Gramian: the Python-float active-set rounds (small problems),
+    the batched torch rounds (HOST_MAX_WORK = 0), or neither (PDAS_ROUNDS = 0: the enumeration
+    and iterative solvers that batched Gramians and other devices use)."""
+    if request.param == "pdas":
+        monkeypatch.setattr(dc, "HOST_MAX_WORK", 0)
+    if request.param == "legacy":
+        monkeypatch.setattr(dc, "PDAS_ROUNDS", 0)
+    return request.param
 
 
 def _problem(seed, k, d, rank, shift=0.5):
@@ -41,11 +56,12 @@ def _cvxpy_projection(j: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("k", [1, 2, 3, 6, 10, 11, 25, 50])
 @pytest.mark.parametrize("exact_max_k", [10, 0])
-def test_full_rank_matches_quadprog(k, exact_max_k):
+def test_full_rank_matches_quadprog(k, exact_max_k, path):
     """Measured over seeds 0..4 (K up to 50, both paths agree to the digit): max |v − v_qp| /
     max(1, |v_qp|) = 7.3e-10, at K = 11 where cond(G) = 1.8e6 (ε·cond: either solver's
     rounding; 3e-11 at K = 10, cond 1e5); bound 5e-9. The projections conflict by at most
-    6.9e-12 relative (the ridge ρ = 1e-12 times v); bound 1e-10."""
+    6.9e-12 relative (the ridge ρ = 1e-12 times v); bound 1e-10. The same worst case on the
+    host, torch-rounds and legacy paths (the `path` fixture)."""
     worst = 0.0
     for seed in range(5):
         j, u = _problem(seed, k, k + 5, k)
@@ -64,9 +80,9 @@ def test_full_rank_matches_quadprog(k, exact_max_k):
 
 @pytest.mark.parametrize("k, rank", [(4, 2), (8, 3), (12, 5), (30, 10)])
 @pytest.mark.parametrize("exact_max_k", [10, 0])
-def test_rank_deficient_matches_cvxpy(k, rank, exact_max_k):
+def test_rank_deficient_matches_cvxpy(k, rank, exact_max_k, path):
     """v is not unique when G is singular; the projection Jᵀv is. Measured over seeds 0..4:
-    ‖Jᵀv − Jᵀv_cvx‖ / max‖g‖ ≤ 2.3e-9; bound 2e-8."""
+    ‖Jᵀv − Jᵀv_cvx‖ / max‖g‖ ≤ 2.3e-9 on each of the three paths; bound 2e-8."""
     worst = 0.0
     for seed in range(5):
         j, u = _problem(seed, k, 20, rank)
@@ -91,7 +107,7 @@ def test_exact_and_iterative_agree_and_scale_does_not_matter():
             torch.testing.assert_close(project_to_dual_cone(gram * s, u)[0], v_exact, rtol=1e-9, atol=1e-9)
 
 
-def test_hand_computed_projection():
+def test_hand_computed_projection(path):
     """g1 = (1, 0), g2 = (−1, 1): the dual cone is {x1 ≥ 0, x2 ≥ x1}, spanned by the rays (0, 1)
     and (1, 1). π(g1) = (½, ½) = g1 + ½g2: v = (1, ½). π(g2) = (0, 1) = g1 + g2: v = (1, 1).
     u = (1, 1): g1 + g2 = (0, 1) is in the cone, v = u. u = (−1, 0): −g1 projects to 0, and
@@ -145,8 +161,7 @@ def test_active_set_first_matches_the_enumeration(monkeypatch, k, rank):
     max‖g‖ (the rank-deficient bound above; measured 7.9e-9 at K = 9, rank 4, seeds 0..2, where
     the active-set rule stops at multipliers ≥ −1e-10), and every problem counts as converged; a run in which the active-set steps finish
     nothing gives the enumeration's answer exactly."""
-    import morl.solvers.dual_cone as dc
-
+    monkeypatch.setattr(dc, "PDAS_ROUNDS", 0)  # the routing of the solvers the rounds fall back on
     for seed in range(3):
         j, u = _problem(seed, k, 12, rank)
         gram = j @ j.T
@@ -162,3 +177,73 @@ def test_active_set_first_matches_the_enumeration(monkeypatch, k, rank):
         v_fallback, converged = project_to_dual_cone(gram, u)
         monkeypatch.setattr(dc, "dual_cone_iterative", real)
         assert bool(converged.all()) and torch.equal(v_fallback, v_enum)
+
+
+@pytest.mark.parametrize("k, rank", [(2, 2), (5, 5), (10, 4), (25, 25)])
+def test_any_warm_start_gives_the_cold_optimum(k, rank, path):
+    """The free set a solve starts from (the previous call's, for UPGrad/DualProj) changes how
+    many rounds it takes, not the answer: all-free, all-active, random and the optimal starts
+    against the cold solve: projections Jᵀv to 5e-11 of max‖g‖ (measured over seeds 0..2 on
+    both paths: 0 where the same free set is reached, up to 6.5e-12 at K = 10, rank 4, where
+    the stopping rule's multiplier tolerance, 1e-10, admits a neighbouring free set)."""
+    gen = torch.Generator().manual_seed(7)
+    for seed in range(3):
+        j, u = _problem(seed, k, 12, rank)
+        gram = j @ j.T
+        v_cold, converged, free = project_with_free_set(gram, u)
+        assert bool(converged.all())
+        starts = [torch.ones_like(free), torch.zeros_like(free), torch.rand(free.shape, generator=gen) < 0.5, free]
+        for start in starts:
+            v, converged, _ = project_with_free_set(gram, u, free_start=start)
+            assert bool(converged.all())
+            assert float((v @ j - v_cold @ j).norm(dim=1).max() / j.norm(dim=1).max()) <= 5e-11
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_an_optimal_start_costs_one_solve(monkeypatch, k):
+    """From the optimal free sets the rounds stop after the first solve: one K×K solve per
+    problem on the host path, one batched solve on the torch path (counted by spies)."""
+    j, u = _problem(0, k, k + 5, k)
+    gram = j @ j.T
+    _, _, free = project_with_free_set(gram, u)
+    for name, module, attr in (("host", dc_host, "free_set_solution"), ("pdas", dc, "_free_set_solution")):
+        if name == "pdas":
+            monkeypatch.setattr(dc, "HOST_MAX_WORK", 0)
+        calls = []
+        real = getattr(module, attr)
+        monkeypatch.setattr(module, attr, lambda *a, real=real, **kw: calls.append(1) or real(*a, **kw))
+        project_with_free_set(gram, u, free_start=free)
+        monkeypatch.setattr(module, attr, real)
+        assert len(calls) == (u.shape[0] if name == "host" else 1)
+
+
+def test_host_path_declines_what_it_cannot_settle():
+    """Non-finite Gramians and zero pivots go back to the torch solvers (None), and a
+    problem the rounds leave unsettled is finished there: the result is still the optimum."""
+    nan = [[1.0, float("nan")], [float("nan"), 1.0]]
+    assert dc_host.project_host(nan, [[1.0, 0.0]], 1e-12, 1e-10, 6) is None
+    assert dc_host.solve_dense([[0.0, 0.0], [0.0, 0.0]], [1.0, 1.0]) is None
+    j, u = _problem(3, 6, 9, 6)
+    gram = j @ j.T
+    assert dc_host.project_host(gram.tolist(), u.tolist(), 1e-12, 1e-10, 0) is None  # no rounds: unsettled
+    v_ref, _ = project_to_dual_cone(gram, u)
+    g_n = (gram / gram.diagonal().max()).numpy()
+    ref = np.stack([_quadprog(g_n, row.numpy()) for row in u])
+    assert float((np.abs(v_ref.numpy() - ref) / np.maximum(1.0, np.abs(ref))).max()) <= 5e-9
+
+
+@pytest.mark.parametrize("name", ["upgrad", "dualproj"])
+def test_the_warm_hint_does_not_change_the_weights(name):
+    """UPGrad/DualProj start each CPU solve from the previous call's free sets. Over a sequence
+    of Jacobians (slow drift, then unrelated ones, then a different K) one aggregator's weights
+    equal those of a fresh aggregator per call (float32 weights: to 1 ulp-ish, rtol 1e-6)."""
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(6, 40, generator=gen)
+    seq = [base + 0.05 * t * torch.randn(6, 40, generator=gen) for t in range(4)]
+    seq += [torch.randn(6, 40, generator=gen) for _ in range(3)] + [torch.randn(4, 40, generator=gen)]
+    warm = build(name)
+    for grads in seq:
+        warm(grads)
+        fresh = build(name)
+        fresh(grads)
+        torch.testing.assert_close(warm.weights, fresh.weights, rtol=1e-6, atol=1e-9)
