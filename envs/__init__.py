@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from morl.envs.evaluation import default_eval_episodes, evaluate_policy
+from morl.envs.reward_normalization import NORMALIZATION_CHOICES, RewardNormalizer
 from morl.envs.vector import MultiTaskVecEnv
 
 PROTOCOLS = ("mtrl", "metaworld_v3")
@@ -26,6 +27,8 @@ def make_env(
     num_tasks: int | None = None,
     envs_per_task: int = 1,
     eval: bool = False,
+    reward_function_version: str = "v2",
+    reward_normalization: str = "none",
 ) -> MultiTaskVecEnv:
     """Build the multi-task vector env ``name`` ("mt10", "mt50", "mt1:<task>", "point_mass").
 
@@ -33,15 +36,31 @@ def make_env(
     ``max_episode_steps`` overrides the length; ``num_tasks`` is point_mass's task count
     (default 4; ignored by Meta-World); ``eval=True`` builds the evaluation twin (mtrl: same
     goals; metaworld_v3: its own goal stream; Meta-World episodes end at the first success).
-    Unknown names or protocols raise ``ValueError`` listing the valid ones.
+    ``reward_function_version`` ("v1" | "v2") picks Meta-World's reward function (point_mass
+    has only one); ``reward_normalization`` ("none" | "exponential" | "running") scales the
+    training env's rewards per task (``morl.envs.reward_normalization``; the evaluation env
+    reports raw returns either way). Unknown names, protocols or options raise ``ValueError``
+    listing the valid ones.
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; valid protocols: {', '.join(PROTOCOLS)}")
     if not isinstance(name, str):
         raise ValueError(f"env name must be a string, one of {', '.join(available_envs())}; got {name!r}")
+    if reward_normalization not in NORMALIZATION_CHOICES:
+        raise ValueError(f"unknown reward_normalization {reward_normalization!r}; valid: {', '.join(NORMALIZATION_CHOICES)}")
+    env = _build(name, seed, protocol, max_episode_steps, num_tasks, envs_per_task, eval, reward_function_version)
+    if reward_normalization != "none" and not eval:
+        env.reward_normalizer = RewardNormalizer(env.num_tasks, reward_normalization)
+    return env
+
+
+def _build(name, seed, protocol, max_episode_steps, num_tasks, envs_per_task, eval, reward_function_version):
     if name == "point_mass":
         from morl.envs.point_mass import PointMassEnv
 
+        if reward_function_version != "v2":
+            raise ValueError(f"reward_function_version {reward_function_version!r} exists for Meta-World only; "
+                             "point_mass has one reward (leave it at v2)")
         kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
         return PointMassEnv(num_tasks=4 if num_tasks is None else num_tasks, envs_per_task=envs_per_task, seed=seed, **kwargs)
     if name in ("mt10", "mt50") or name.startswith("mt1:"):
@@ -49,9 +68,8 @@ def make_env(
 
         if name.startswith("mt1:") and name[4:] not in mt1_task_names():
             raise ValueError(f"unknown Meta-World task {name[4:]!r} in {name!r}; valid tasks: {', '.join(mt1_task_names())}")
-        return MetaWorldVecEnv(
-            name, seed=seed, protocol=protocol, max_episode_steps=max_episode_steps, envs_per_task=envs_per_task, eval=eval
-        )
+        return MetaWorldVecEnv(name, seed=seed, protocol=protocol, max_episode_steps=max_episode_steps,
+                               envs_per_task=envs_per_task, eval=eval, reward_function_version=reward_function_version)
     raise ValueError(f"unknown env {name!r}; valid names: {', '.join(available_envs())}")
 
 

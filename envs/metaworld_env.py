@@ -26,6 +26,9 @@ import numpy as np
 from morl.envs.vector import MultiTaskVecEnv
 
 PROTOCOL_EPISODE_STEPS = {"mtrl": 150, "metaworld_v3": 500}
+# Meta-World 3 keeps both reward functions on every v3 task: "v1" is the original paper's (the
+# reward mtrl/CAGrad/MoCo trained on, v1 tasks), "v2" the reworked one (Meta-World+'s default).
+REWARD_FUNCTION_VERSIONS = ("v1", "v2")
 # Offsets that keep the seed streams of training goals, evaluation goals and mtrl's fixed goals apart.
 _TRAIN_STREAM, _EVAL_STREAM, _FIXED_GOAL_STREAM = 0, 1, 2
 
@@ -62,9 +65,14 @@ class MetaWorldVecEnv(MultiTaskVecEnv):
         envs_per_task: int = 1,
         eval: bool = False,
         terminate_on_success: bool | None = None,
+        reward_function_version: str = "v2",
     ) -> None:
         if protocol not in PROTOCOL_EPISODE_STEPS:
             raise ValueError(f"unknown protocol {protocol!r}; valid protocols: {', '.join(PROTOCOL_EPISODE_STEPS)}")
+        if reward_function_version not in REWARD_FUNCTION_VERSIONS:
+            raise ValueError(f"unknown reward_function_version {reward_function_version!r}; "
+                             f"valid versions: {', '.join(REWARD_FUNCTION_VERSIONS)}")
+        self.reward_function_version = reward_function_version
         bench = _benchmark(name, int(seed))
         names = list(bench.train_classes)
         self.name = name
@@ -80,7 +88,7 @@ class MetaWorldVecEnv(MultiTaskVecEnv):
         self._envs = []
         for n in names:
             for _ in range(envs_per_task):
-                env = bench.train_classes[n]()
+                env = bench.train_classes[n](reward_function_version=reward_function_version)
                 env.max_path_length = steps  # Meta-World raises past this; we truncate exactly here
                 self._envs.append(env)
         # Observation bounds need a task set; all sub-envs of a benchmark share them.

@@ -60,6 +60,9 @@ class MultiTaskVecEnv(gym.vector.VectorEnv):
         self._ep_success = np.zeros(n, bool)
         self.episodes_completed = np.zeros(n, np.int64)
         self._obs: np.ndarray | None = None
+        # optional per-task reward scaling (morl.envs.reward_normalization; make_env sets it): it
+        # changes the rewards step() returns for learning, never the episode returns reported
+        self.reward_normalizer = None
 
     # -- hooks for subclasses -------------------------------------------------------------
     def _sim_seed(self, seed: int) -> None:
@@ -100,9 +103,11 @@ class MultiTaskVecEnv(gym.vector.VectorEnv):
             raise ValueError(f"actions must have shape {expected} (num_envs, action_dim), got {actions.shape}")
         if not np.isfinite(actions).all():
             raise ValueError("actions contain NaN or inf; every entry must be finite in [-1, 1]")
-        raw, reward, terminated, success = self._sim_step(np.clip(actions, -1.0, 1.0))
-        reward = reward.astype(np.float32)
+        raw, raw_reward, terminated, success = self._sim_step(np.clip(actions, -1.0, 1.0))
+        reward = raw_reward.astype(np.float32)
         self._ep_return += reward
+        if self.reward_normalizer is not None:
+            reward = self.reward_normalizer(self.task_ids, raw_reward).astype(np.float32)
         self._ep_length += 1
         self._ep_success |= success
         truncated = (self._ep_length >= self.max_episode_steps) & ~terminated
@@ -145,6 +150,7 @@ class MultiTaskVecEnv(gym.vector.VectorEnv):
             "ep_length": self._ep_length.copy(),
             "ep_success": self._ep_success.copy(),
             "episodes_completed": self.episodes_completed.copy(),
+            "reward_normalizer": None if self.reward_normalizer is None else self.reward_normalizer.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -155,6 +161,8 @@ class MultiTaskVecEnv(gym.vector.VectorEnv):
                 f"this env has {self.num_envs} sub-envs of tasks {self.task_names}"
             )
         self.episodes_completed = np.array(state["episodes_completed"], np.int64)
+        if self.reward_normalizer is not None and state.get("reward_normalizer") is not None:
+            self.reward_normalizer.load_state_dict(state["reward_normalizer"])
         if self._sim_load_state(state["sim"]) and state["obs"] is not None:
             self._obs = np.array(state["obs"], np.float32)
             self._ep_return = np.array(state["ep_return"], np.float64)

@@ -27,6 +27,15 @@ class EnvConfig:
     max_episode_steps: int | None = None
     num_tasks: int | None = None
     envs_per_task: int = 1
+    reward_function_version: Literal["v1", "v2"] = "v2"  # Meta-World's reward; v1: mtrl/CAGrad's MT10 runs
+    reward_normalization: Literal["none", "exponential", "running"] = "none"  # exponential: mtrl's wrapper
+
+
+def env_kwargs(env: EnvConfig) -> dict[str, Any]:
+    """The keyword arguments of ``morl.envs.make_env`` this section sets (all but the name and seed)."""
+    return {"protocol": env.protocol, "max_episode_steps": env.max_episode_steps, "num_tasks": env.num_tasks,
+            "envs_per_task": env.envs_per_task, "reward_function_version": env.reward_function_version,
+            "reward_normalization": env.reward_normalization}
 
 
 @dataclass
@@ -50,6 +59,7 @@ class RunConfig:
     seed: int = 0
     device: str = "auto"
     warmup_steps: int = 1500
+    warmup_catch_up: bool = False  # mtrl: the first learning step makes up the warm-up's updates (runners/rl/schedule.py)
     updates_per_step: int = 1
     eval_every: int = 10_000
     eval_episodes: int | None = None
@@ -118,6 +128,8 @@ def _validate_env(env: EnvConfig) -> None:
         raise UserError(f"env.max_episode_steps: must be >= 1 or null, got {env.max_episode_steps}")
     if env.num_tasks is not None and env.num_tasks < 1:
         raise UserError(f"env.num_tasks: must be >= 1 or null, got {env.num_tasks}")
+    if env.reward_function_version != "v2" and env.name == "point_mass":
+        raise UserError("env.reward_function_version: point_mass has one reward; v1 exists for Meta-World (mt10, mt50, mt1:<task>) only")
 
 
 def _validate_aggregator(agg: AggregatorConfig) -> None:
