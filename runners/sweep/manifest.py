@@ -1,0 +1,95 @@
+"""The sweep directory: ``<out_dir>/<name>/manifest.json`` (the spec and every cell), one run
+directory per cell, ``logs/`` and ``status.json``; one sweep driver at a time (``.lock``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from morl.runners.errors import UserError
+from morl.runners.sweep.cells import Cell
+from morl.runners.sweep.spec import SweepSpec
+
+MANIFEST = "manifest.json"
+LOCK = ".lock"
+_held: dict[str, Any] = {}  # sweep directory -> open lock file, for this process's lifetime
+
+
+def sweep_dir(spec: SweepSpec) -> Path:
+    return Path(spec.out_dir) / spec.name
+
+
+def read_manifest(folder: str | Path) -> dict[str, Any] | None:
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        raise UserError(f"{path} is not valid JSON; restore it or remove the sweep directory") from None
+
+
+def write_manifest(folder: Path, spec: SweepSpec, cells: list[Cell]) -> Path:
+    """Write the manifest (atomically) once the cells agree with any earlier one: a re-run may add
+    cells (more seeds, more values) but never change what an existing cell runs."""
+    from morl.runners.checkpoint import atomic_write_text
+
+    old = read_manifest(folder)
+    if old is not None:
+        _check_compatible(folder, old, cells)
+    manifest = {"name": spec.name, "spec": spec.as_dict(), "cells": [c.as_dict() for c in cells]}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the sweep directory {str(folder)!r} ({exc.strerror}); set a writable out_dir") from None
+    atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    return folder / MANIFEST
+
+
+def _check_compatible(folder: Path, old: dict[str, Any], cells: list[Cell]) -> None:
+    new = {c.name: c for c in cells}
+    for cell in old.get("cells", []):
+        name = cell.get("name")
+        if name not in new:
+            raise UserError(f"the spec no longer has cell {name!r} that {folder} holds; "
+                            "restore the spec, or give the sweep a new name or out_dir")
+        now = new[name]
+        was = (cell.get("command"), cell.get("config"), list(cell.get("overrides", [])))
+        if was != (now.command, now.config, list(now.overrides)):
+            raise UserError(f"cell {name!r} of {folder} ran `{was[0]} {Path(str(was[1])).name} {' '.join(was[2])}`, "
+                            f"the spec now gives `{now.command} {Path(now.config).name} {' '.join(now.overrides)}`; "
+                            "give the sweep a new name or out_dir")
+
+
+def claim_sweep(folder: Path) -> None:
+    """Lock the sweep directory for this driver (two drivers would run the same cells)."""
+    import fcntl
+
+    key = str(folder.resolve())
+    if key in _held:
+        return
+    handle = open(folder / LOCK, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        owner = handle.read().strip() or "unknown"
+        handle.close()
+        raise UserError(f"sweep {str(folder)!r} is being run by another morl sweep (pid {owner}); "
+                        "wait for it or stop it first") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    _held[key] = handle
+
+
+def release_sweep(folder: Path) -> None:
+    import fcntl
+
+    handle = _held.pop(str(folder.resolve()), None)
+    if handle is not None:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()

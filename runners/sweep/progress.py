@@ -1,0 +1,61 @@
+"""The sweep's one progress bar: runs done / running / failed and an ETA.
+
+The ETA counts the fraction of each running run (``position/total`` from its run.json), so it
+moves between run ends; only progress made by this invocation sets the rate (runs finished
+earlier, or the part of a resumed run done before, would make it look faster than it is).
+Off a terminal, one line per change of state instead of a bar.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from morl.runners.progress import format_eta
+
+BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {postfix}"
+
+
+class SweepProgress:
+    def __init__(self, total: int, enabled: bool | None = None) -> None:
+        disable = (not sys.stderr.isatty()) if enabled is None else not enabled
+        self.bar = tqdm(total=total, desc="sweep", bar_format=BAR_FORMAT, dynamic_ncols=True, disable=disable)
+        self.total, self.start = total, time.monotonic()
+        self.first_done: int | None = None
+        self.first_fraction: dict[str, float] = {}  # running cell -> its fraction when first seen
+        self.last_line = ""
+
+    def update(self, done: int, running: dict[str, Path], failed: int, event: str = "") -> None:
+        fractions = {name: _fraction(path) for name, path in running.items()}
+        for name, f in fractions.items():
+            self.first_fraction.setdefault(name, f)
+        if self.first_done is None:
+            self.first_done = done
+        position = done + sum(fractions.values())
+        made = (done - self.first_done) + sum(f - self.first_fraction[n] for n, f in fractions.items())
+        elapsed = time.monotonic() - self.start
+        eta = format_eta((self.total - position) * elapsed / made if made > 0 else float("nan"))
+        text = f"{done}/{self.total} done, {len(running)} running, {failed} failed, eta {eta}"
+        self.bar.n = min(position, self.total)
+        self.bar.set_postfix_str(text, refresh=True)
+        if self.bar.disable and event:
+            print(f"morl sweep: {event} [{text}]", file=sys.stderr, flush=True)
+
+    def message(self, line: str) -> None:
+        self.bar.write(line, file=sys.stderr)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _fraction(run_dir: Path) -> float:
+    from morl.runners.shell.run_info import read_run_info
+
+    info = read_run_info(run_dir) or {}
+    position, total = info.get("position"), info.get("total")
+    if not isinstance(position, (int, float)) or not isinstance(total, (int, float)) or total <= 0:
+        return 0.0
+    return max(0.0, min(1.0, position / total))
