@@ -44,6 +44,67 @@ def test_mt10_configs_carry_the_seed_recipe(name):
     assert r.updates_per_step == 1 and r.device == "auto" and r.name == Path(name).stem
 
 
+# Reproduction configs (docs/mtsac.md): the seeds' Table 9 rows as mtrl ran them, and Meta-World+.
+# row -> (aggregator, multi_head, task_input, temperature, losses aggregated beyond the actor)
+MTRL_CONFIGS = {
+    "mtsac.yaml": ("mean", False, "none", "per_task", False),
+    "mtsac_task_encoder.yaml": ("mean", False, "onehot", "per_task", False),
+    "mhsac.yaml": ("mean", True, "none", "per_task", False),
+    "pcgrad.yaml": ("pcgrad", False, "none", "shared", True),
+    "cagrad.yaml": ("cagrad", False, "none", "shared", True),
+    "moco.yaml": ("moco", False, "none", "shared", True),
+    "cagrad_moco.yaml": ("moco", False, "none", "shared", True),
+}
+MWPLUS_CONFIGS = {  # method -> (aggregator, multi_head, critic aggregated)
+    "mtsac.yaml": ("mean", False, False),
+    "mhsac.yaml": ("mean", True, False),
+    "pcgrad.yaml": ("pcgrad", False, True),
+    "cagrad.yaml": ("cagrad", False, True),
+    "moco.yaml": ("moco", False, True),
+    "cagrad_moco.yaml": ("moco", False, True),
+}
+
+
+def test_every_reproduction_config_is_checked():
+    assert sorted(p.name for p in (CONFIGS / "mt10_mtrl").glob("*.yaml")) == sorted(MTRL_CONFIGS)
+    assert sorted(p.name for p in (CONFIGS / "mt10_mwplus").glob("*.yaml")) == sorted(MWPLUS_CONFIGS)
+
+
+def _seed_budget(cfg):
+    a, r = cfg.agent, cfg.run
+    assert a.hidden_sizes == [400, 400, 400] and a.batch_size == 1280 and a.buffer_capacity == 1_000_000
+    assert (a.actor_lr, a.critic_lr, a.alpha_lr, a.gamma, a.tau, a.init_temperature) == (3e-4, 3e-4, 3e-4, 0.99, 0.005, 1.0)
+    assert r.total_steps == 2_000_000 and r.updates_per_step == 1 and a.critic == "shared"
+
+
+@pytest.mark.parametrize("name", sorted(MTRL_CONFIGS))
+def test_mtrl_configs_are_table_9_as_mtrl_ran_it(name):
+    cfg = load_rl_config(CONFIGS / "mt10_mtrl" / name)
+    aggregator, multi_head, task_input, temperature, aggregated = MTRL_CONFIGS[name]
+    _seed_budget(cfg)
+    a, e, r = cfg.agent, cfg.env, cfg.run
+    assert cfg.aggregator.name == aggregator and a.multi_head is multi_head
+    assert (a.task_input, a.temperature) == (task_input, temperature)
+    assert a.aggregate_critic is aggregated and a.aggregate_temperature is aggregated
+    assert (a.log_prob_clamp, a.init) == (1e-6, "xavier")
+    assert (e.name, e.protocol, e.reward_function_version, e.reward_normalization) == ("mt10", "mtrl", "v1", "exponential")
+    # mtrl's eval check (every 10000) only runs inside its every-150-steps check: lcm = 30000
+    assert r.eval_every == 30_000 and r.eval_episodes == 1 and r.warmup_steps == 1500 and r.warmup_catch_up
+
+
+@pytest.mark.parametrize("name", sorted(MWPLUS_CONFIGS))
+def test_mwplus_configs_carry_the_meta_world_plus_protocol(name):
+    cfg = load_rl_config(CONFIGS / "mt10_mwplus" / name)
+    aggregator, multi_head, aggregated = MWPLUS_CONFIGS[name]
+    _seed_budget(cfg)
+    a, e, r = cfg.agent, cfg.env, cfg.run
+    assert cfg.aggregator.name == aggregator and a.multi_head is multi_head and a.aggregate_critic is aggregated
+    assert (a.task_input, a.temperature) == ("onehot", "per_task")
+    assert (e.protocol, e.max_episode_steps, e.reward_function_version, e.reward_normalization) == \
+        ("metaworld_v3", None, "v2", "none")  # None: the protocol's 500 steps
+    assert r.eval_episodes == 50 and r.eval_every == 20_000 and r.warmup_steps == 4000 and not r.warmup_catch_up
+
+
 def test_cagrad_configs_use_c_0_9():
     assert load_rl_config(CONFIGS / "mt10_cagrad.yaml").aggregator.options["c"] == 0.9
     combo = load_rl_config(CONFIGS / "mt10_cagrad_moco.yaml").aggregator.options
@@ -78,6 +139,10 @@ def test_defaults_without_a_file():
         (["env.name=mt11"], ["env.name", "mt10", "point_mass"]),
         (["env.protocol=v2"], ["env.protocol", "metaworld_v3"]),
         (["agent.aggregate=all"], ["agent.aggregate", "actor_trunk"]),
+        (["agent.critic=both"], ["agent.critic", "shared"]),
+        (["env.reward_function_version=v3"], ["env.reward_function_version", "v1"]),
+        (["env.reward_normalization=welford"], ["env.reward_normalization", "exponential"]),
+        (["env.reward_function_version=v1"], ["env.reward_function_version", "Meta-World"]),
         (["run.log_every=0"], ["run.log_every", ">= 1"]),
         (["run.device=tpu"], ["tpu", "cpu"]),
         (["agent.tau=2"], ["agent.tau"]),
