@@ -7,7 +7,8 @@ import pytest
 import torch
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
-from morl.agents.rl.sb3 import MultiTaskSAC, SB3VecEnv
+import morl
+from morl.agents.rl.sb3 import MultiTaskSAC, SB3VecEnv, folderless_logger
 from morl.envs import evaluate_policy, make_env
 
 
@@ -122,3 +123,104 @@ def test_save_load_keeps_the_aggregator_state_and_per_task_entropy(tmp_path):
     np.testing.assert_array_equal(loaded._target_entropy_tensor().numpy(), [-2, -1, -2, -1])
     with pytest.raises(ValueError, match="one per task"):
         MultiTaskSAC("MlpPolicy", env, aggregator="mean", target_entropy=[-1.0, -2.0])
+
+
+def _without_task(model, task, n=96):
+    """A replay batch in which task ``task`` has no sample."""
+    data = model.replay_buffer.sample(2048)
+    keep = data.observations[:, -model.num_tasks :].argmax(1) != task
+    return ReplayBufferSamples(*(None if x is None else x[keep][:n] for x in data))
+
+
+def test_gsde_noise_is_resampled_as_sb3_sac_does():
+    """gSDE (use_sde=True): a new exploration matrix at the start of each rollout, every
+    ``sde_sample_freq`` collected steps, and before every gradient step, as SB3's SAC does.
+
+    By hand, with 4 sub-envs, train_freq 8 vector steps (32 transitions), sde_sample_freq 4,
+    256 transitions: 8 rollouts x (1 at the start + steps 0 and 4) = 24 during collection; training
+    starts once more than 64 transitions are stored (after rollout 3), so rollouts 3..8 are each
+    followed by 2 gradient steps: 12 more. SB3's own SAC on the same env counts the same.
+    """
+    from stable_baselines3 import SAC
+
+    kwargs = dict(use_sde=True, sde_sample_freq=4, train_freq=8, gradient_steps=2, learning_starts=64, batch_size=64,
+                  policy_kwargs=dict(net_arch=[32, 32]), seed=0)
+    ours = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator="mgda", **kwargs)
+    theirs = SAC("MlpPolicy", SB3VecEnv(make_env("point_mass", seed=0)), **kwargs)
+    theirs.set_logger(folderless_logger())  # SB3's default logger leaves an empty folder in $TMPDIR
+    counts = []
+    for model in (ours, theirs):
+        calls = []
+        reset_noise = model.actor.reset_noise
+        model.actor.reset_noise = lambda *a, _calls=calls, _reset=reset_noise, **k: (_calls.append(1), _reset(*a, **k))[1]
+        model.learn(256)
+        counts.append(len(calls))
+    assert counts == [36, 36]
+    assert ours._n_updates == 12
+    assert all(torch.isfinite(p).all() for p in ours.actor.parameters())
+
+
+@pytest.mark.parametrize("num_tasks", [1, 4])
+def test_ent_coef_loss_is_logged_under_sb3s_key(num_tasks):
+    """``train/ent_coef_loss``: SB3's SAC logs ``-mean_i log alpha (log pi(a_i|s_i) + H)``; with K
+    temperatures it is the mean over the batch's tasks of each task's own mean (the same for K = 1)."""
+    model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0, num_tasks=num_tasks), aggregator="mean", seed=0,
+                         ent_coef="auto_0.5", **SMALL)
+    model.learn(300)
+    batch = _without_task(model, task=3) if num_tasks == 4 else model.replay_buffer.sample(64)
+    model.replay_buffer.sample = lambda *a, **k: batch
+    log_alpha = model.log_ent_coef.detach().clone()
+    torch.manual_seed(7)
+    with torch.no_grad():
+        log_prob = model.actor.action_log_prob(batch.observations)[1].reshape(-1).double()
+    task = batch.observations[:, -num_tasks:].argmax(1)
+    per_task = [-(log_alpha[k] * (log_prob[task == k] - 2.0)).mean() for k in range(num_tasks) if (task == k).any()]
+    torch.manual_seed(7)  # the same sampled actions inside train()
+    model.train(gradient_steps=1, batch_size=len(batch.observations))
+    assert len(per_task) == min(num_tasks, 3)  # target entropy "auto" = -dim A = -2
+    np.testing.assert_allclose(model.logger.name_to_value["train/ent_coef_loss"], float(torch.stack(per_task).mean()), rtol=1e-5)
+
+
+def test_a_task_absent_from_the_batch_is_left_out_of_the_aggregation():
+    """MGDA on the rows of the present tasks, not on a zero row for the absent one (which makes the
+    min-norm point 0). Reference: per-task gradients by separate autograd passes, and MGDA on them."""
+    model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator="mgda", seed=0, **SMALL)
+    model.learn(300)
+    batch = _without_task(model, task=3)
+    params = [p for p in model.actor.parameters() if p.requires_grad]
+    task = batch.observations[:, -4:].argmax(1)
+    samples = torch.bincount(task, minlength=4)
+    assert samples.tolist()[3] == 0 and (samples[:3] > 0).all()
+    weights = torch.randn(4, 2, generator=torch.Generator().manual_seed(0))
+    per_sample = (model.actor(batch.observations, deterministic=True) * weights[task]).sum(1)
+    losses = torch.zeros(4).index_add(0, task, per_sample) / samples.clamp_min(1)
+
+    def grad_row(loss):  # the log-std head is not used by the deterministic action: zero columns
+        grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+        return torch.cat([torch.zeros(p.numel()) if g is None else g.reshape(-1) for g, p in zip(grads, params)])
+
+    rows = [grad_row(losses[k]) for k in range(3)]
+    expected = morl.aggregators.build("mgda")(torch.stack(rows))
+    with_zero_row = morl.aggregators.build("mgda")(torch.stack(rows + [torch.zeros_like(rows[0])]))
+    # what a zero row would have done: the min-norm point is 0 (up to the solver's tolerance)
+    assert float(with_zero_row.norm()) < 1e-2 * float(expected.norm())
+    model._actor_step(losses, params, samples)
+    torch.testing.assert_close(torch.cat([p.grad.reshape(-1) for p in params]), expected)
+
+
+@pytest.mark.parametrize("aggregator, rows", [("mgda", 3), ("cagrad", 3), ("upgrad", 3), ("moco", 4)])
+def test_train_aggregates_the_present_tasks_unless_the_aggregator_keeps_per_task_state(aggregator, rows):
+    """Through train(): MGDA/CAGrad/UPGrad see the 3 present tasks; MoCo, whose tracked gradients are
+    per task, sees all 4 (a zero row for the absent one); the logged weights are per task."""
+    model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator=aggregator, seed=0, **SMALL)
+    model.learn(300)
+    batch = _without_task(model, task=3)
+    model.replay_buffer.sample = lambda *a, **k: batch
+    seen = []
+    model.aggregator.register_forward_hook(lambda module, args, out: seen.append((args[0].shape[0], out)))
+    model.train(gradient_steps=1, batch_size=len(batch.observations))
+    assert [k for k, _ in seen] == [rows]
+    assert float(seen[0][1].norm()) > 0
+    logged = [model.logger.name_to_value[f"train/agg_weight/goal-{k}"] for k in range(4)]
+    if rows == 3:
+        assert logged[3] == 0.0 and sum(logged[:3]) > 0

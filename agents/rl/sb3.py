@@ -11,6 +11,10 @@
   gradient of ``mean_k L_k``. Loss weightings (``needs_grads`` False) skip the per-task
   gradients: one backward of their weighted loss ``Σ_k w_k L_k`` gives the same direction.
 
+A task absent from a batch (SB3 samples uniformly) is left out of the aggregation unless the
+aggregator keeps per-task state (:meth:`MultiTaskSAC._present_rows`). gSDE (``use_sde=True``)
+resamples its noise as SB3's SAC does, and ``train/ent_coef_loss`` is logged under SB3's key.
+
 The critic update is SB3's (with each sample's own task temperature in the soft target). The
 task of a sample is read from the one-hot at the end of its observation, which every env of
 ``envs`` carries. :class:`SB3VecEnv` exposes an ``envs.MultiTaskVecEnv`` as an SB3 ``VecEnv``
@@ -214,7 +218,7 @@ class MultiTaskSAC(SAC):
         super().dump_logs()
 
     def _excluded_save_params(self) -> list[str]:
-        return super()._excluded_save_params() + ["aggregator", "aggregator_state"]
+        return super()._excluded_save_params() + ["aggregator", "aggregator_state", "_task_weights"]
 
     def _get_torch_save_params(self) -> tuple[list[str], list[str]]:
         state_dicts, variables = super()._get_torch_save_params()
@@ -230,12 +234,17 @@ class MultiTaskSAC(SAC):
         self._update_learning_rate(optimizers)
         target_entropy = self._target_entropy_tensor()
         actor_params = [p for p in self.actor.parameters() if p.requires_grad]
-        logs: dict[str, list[th.Tensor]] = {"actor_loss": [], "critic_loss": [], "alpha": [], "alpha_loss": []}
+        logs: dict[str, list[th.Tensor]] = {"actor_loss": [], "critic_loss": [], "alpha": [], "alpha_loss": [], "ent_coef_loss": []}
 
         for gradient_step in range(gradient_steps):
             data = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
             task = data.observations[:, -self.num_tasks :].argmax(dim=1)
-            counts = th.bincount(task, minlength=self.num_tasks).clamp_min(1).to(data.rewards.dtype)
+            samples = th.bincount(task, minlength=self.num_tasks)  # [K]; 0 for a task absent from the batch
+            counts = samples.clamp_min(1).to(data.rewards.dtype)
+            if self.use_sde:
+                # as SB3's SAC: a new gSDE exploration matrix per gradient step (log_std has changed,
+                # and the previous matrix's graph was freed by the previous backward)
+                self.actor.reset_noise()
 
             def per_task_mean(x: th.Tensor) -> th.Tensor:
                 return th.zeros(self.num_tasks, dtype=x.dtype, device=x.device).index_add_(0, task, x) / counts
@@ -251,6 +260,9 @@ class MultiTaskSAC(SAC):
                 alpha_loss.sum().backward()
                 self.ent_coef_optimizer.step()
                 logs["alpha_loss"].append(alpha_loss.detach())
+                # SB3's train/ent_coef_loss is the batch mean of the loss; here: the mean over the
+                # batch's tasks of their per-task means (identical for one task)
+                logs["ent_coef_loss"].append(alpha_loss.detach().sum() / (samples > 0).sum())
             else:
                 alpha = self.ent_coef_tensor.expand(self.num_tasks)
             alpha_s = alpha[task].unsqueeze(1)  # [B, 1] temperature of each sample's task
@@ -264,7 +276,7 @@ class MultiTaskSAC(SAC):
 
             q_pi = th.cat(self.critic(data.observations, actions_pi), dim=1).min(dim=1).values
             task_losses = per_task_mean(alpha_s.squeeze(1) * log_prob - q_pi)  # [K] objectives
-            self._actor_step(task_losses, actor_params)
+            self._actor_step(task_losses, actor_params, samples)
             logs["actor_loss"].append(task_losses.detach())
 
             if gradient_step % self.target_update_interval == 0:
@@ -284,19 +296,48 @@ class MultiTaskSAC(SAC):
         current_q = self.critic(data.observations, data.actions)
         return 0.5 * sum(F.mse_loss(q, target_q) for q in current_q)
 
-    def _actor_step(self, task_losses: th.Tensor, params: list[th.Tensor]) -> None:
+    def _actor_step(self, task_losses: th.Tensor, params: list[th.Tensor], samples: th.Tensor) -> None:
         self.actor.optimizer.zero_grad()
+        rows = self._present_rows(samples)
+        losses = task_losses if rows is None else task_losses[rows]
         if not self.aggregator.needs_grads:
             # a loss weighting (UW, DWA, FAMO, GLS, STCH): its direction is the gradient of its
             # weighted loss, so one plain backward replaces the [K, D] per-task gradients
-            self.aggregator.weighted_loss(task_losses).backward(inputs=params)
+            self.aggregator.weighted_loss(losses).backward(inputs=params)
         else:
-            grads = per_task_grads(task_losses, params)  # [K, D], one batched backward
-            direction = self.aggregator(grads, task_losses.detach())
+            grads = per_task_grads(losses, params)  # [K, D], one batched backward
+            direction = self.aggregator(grads, losses.detach())
             write_grads(params, direction, accumulate=False)
+        self._task_weights = self._weights_per_task(rows)
         if self.max_actor_grad_norm is not None:
             th.nn.utils.clip_grad_norm_(params, self.max_actor_grad_norm)
         self.actor.optimizer.step()
+
+    def _present_rows(self, samples: th.Tensor) -> th.Tensor | None:
+        """The tasks with samples in the batch, or None to aggregate all K rows.
+
+        A task absent from SB3's uniformly sampled batch has loss 0 and a zero gradient row, and a
+        zero row collapses min-norm methods (MGDA's direction becomes 0) and GLS's geometric mean:
+        aggregators without per-task state get the present tasks' rows only. Aggregators that
+        keep per-task state (MoCo's tracked gradients, GradNorm's weights, ...) need the same K
+        rows at every call and get all K. Costs one device->host read per gradient step.
+        """
+        if self._per_task_state() or bool((samples > 0).all()):
+            return None
+        return th.nonzero(samples > 0).squeeze(1)
+
+    def _per_task_state(self) -> bool:
+        # A warm start (w_prev) is restarted by the aggregator itself when K changes.
+        return any(name != "w_prev" for _, name, _ in self.aggregator._state_buffers())
+
+    def _weights_per_task(self, rows: th.Tensor | None) -> th.Tensor | None:
+        """The aggregator's weights of this step as ``[K]`` (0 for the tasks left out), if it has weights."""
+        weights = getattr(self.aggregator, "weights", None)
+        if weights is None or rows is None:
+            return weights
+        if weights.shape != rows.shape:
+            return None
+        return th.zeros(self.num_tasks, dtype=weights.dtype, device=weights.device).index_copy_(0, rows, weights.detach())
 
     def _record(self, logs: dict[str, list[th.Tensor]]) -> None:
         # One device->host transfer per train() call, not one per gradient step.
@@ -305,7 +346,9 @@ class MultiTaskSAC(SAC):
         self.logger.record("train/critic_loss", float(means["critic_loss"]))
         self.logger.record("train/actor_loss", float(means["actor_loss"].mean()))
         self.logger.record("train/ent_coef", float(means["alpha"].mean()))
-        weights = getattr(self.aggregator, "weights", None)
+        if "ent_coef_loss" in means:
+            self.logger.record("train/ent_coef_loss", float(means["ent_coef_loss"]))
+        weights = getattr(self, "_task_weights", None)
         weights = None if weights is None else weights.detach().cpu().numpy()
         for k, name in enumerate(self.task_names):
             self.logger.record(f"train/alpha/{name}", float(means["alpha"][k]))
