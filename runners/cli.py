@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sb3": ("morl.runners.sb3", "train the stable-baselines3 adapter with SB3's learn() and print evaluations"),
     "bench": ("morl.runners.bench.command", "run a benchmark (aggregators, rl, most, envs)"),
     "sweep": ("morl.runners.sweep.command", "run a grid of configs and seeds on a local process pool or on Ray, resumable"),
+    "report": ("morl.runners.report.command", "compare methods over runs and seeds: tables with confidence intervals, plots"),
 }
 
 
