@@ -157,9 +157,11 @@ class RLExperiment(Experiment):
         """
         if streak < limit:
             return None
+        from morl.runners.rl.schedule import step_of_update
+
         run = self.cfg.run
         last_taken = max(self.s.updates - streak - 1, 0)
-        return run.warmup_steps + 1 + last_taken // run.updates_per_step
+        return step_of_update(last_taken, run.warmup_steps, run.updates_per_step, run.warmup_catch_up)
 
     def _diverged(self, step: int, what: str, good_before: int | None) -> Diverged:
         from morl.runners.run_dir import CHECKPOINT_DIR

@@ -16,6 +16,7 @@ import torch
 
 from morl.runners.divergence import NonFiniteOutput
 from morl.runners.rl.metrics import AggregationTimer, SectionTimer
+from morl.runners.rl.schedule import updates_at
 from morl.runners.rl.session import Session
 
 NONFINITE_ACTIONS = "the policy's actions are NaN/inf (its network overflowed)"
@@ -72,9 +73,10 @@ def iterate(s: Session, timer: SectionTimer, agg_timer: AggregationTimer) -> Non
     s.obs = next_obs
     s.step += 1
     # 3. sample + 4. update
-    if s.step > run.warmup_steps:
+    updates = updates_at(s.step, run.warmup_steps, run.updates_per_step, run.warmup_catch_up)
+    if updates:
         with timer("update"):
-            for _ in range(run.updates_per_step):
+            for _ in range(updates):
                 # on CUDA the aggregation is timed (with a sync) once per log interval
                 diagnostic = s.step % run.log_every == 0
                 agg_timer.sample_next = diagnostic

@@ -57,13 +57,9 @@ def seed_everything(seed: int) -> None:
 def make_envs(cfg: RLConfig, *, eval_only: bool = False):
     """The training env and the evaluation env (``None`` for the training env if ``eval_only``)."""
     import morl.envs as envs
-    kwargs = dict(
-        seed=cfg.run.seed,
-        protocol=cfg.env.protocol,
-        max_episode_steps=cfg.env.max_episode_steps,
-        num_tasks=cfg.env.num_tasks,
-        envs_per_task=cfg.env.envs_per_task,
-    )
+    from morl.runners.rl.config import env_kwargs
+
+    kwargs = dict(seed=cfg.run.seed, **env_kwargs(cfg.env))
     try:
         train_env = None if eval_only else envs.make_env(cfg.env.name, **kwargs)
         eval_env = envs.make_env(cfg.env.name, eval=True, **kwargs)
