@@ -241,3 +241,85 @@ def test_a_run_still_owned_by_an_earlier_sweeps_process_is_waited_for(tmp_path):
     threading.Thread(target=orphan_ends).start()
     assert run() == 0
     assert not (folder / "logs" / "s1.log").exists()  # never started by this sweep
+
+
+# ----- real runs: `morl sweep` end to end ----------------------------------------------------
+# tests/test_resume.py's tiny point-mass settings; 120 steps leave the kill below a window of
+# about a second between the first checkpoint (step 20) and the end.
+TINY = {"aggregator.options": {}, "agent.hidden_sizes": [32, 32], "agent.batch_size": 64, "agent.buffer_capacity": 4000,
+        "run.device": "cpu", "run.warmup_steps": 10, "run.log_every": 7, "run.eval_every": 25,
+        "run.checkpoint_every": 20, "run.eval_episodes": 1}
+
+
+def morl(*argv) -> int:
+    return cli.main([str(a) for a in argv])
+
+
+def real_spec(tmp_path: Path, out: str, seeds, total_steps: int, max_retries: int = 1) -> Path:
+    spec = {"name": "agg", "out_dir": str(tmp_path / out), "base": QUICK, "grid": {"aggregator.name": ["mgda", "pcgrad"]},
+            "seeds": seeds, "overrides": {**TINY, "run.total_steps": total_steps}, "max_retries": max_retries}
+    path = tmp_path / f"{out}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def test_a_real_sweep_runs_each_cell_into_its_run_directory(tmp_path, capsys):
+    spec = real_spec(tmp_path, "out", [1], total_steps=30)
+    assert morl("sweep", spec, "--no-progress") == 0
+    folder = tmp_path / "out" / "agg"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert [c["name"] for c in manifest["cells"]] == ["mgda-s1", "pcgrad-s1"]
+    for cell in manifest["cells"]:
+        run_dir = folder / cell["run_dir"]
+        assert json.loads((run_dir / "run.json").read_text())["status"] == "finished"
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert config["aggregator"]["name"] == cell["group"]["aggregator.name"] and config["run"]["seed"] == 1
+        assert json.loads((run_dir / "final_metrics.json").read_text())["step"] == 30
+    assert morl("sweep", spec, "--no-progress") == 0  # nothing left to do
+    assert [attempts(folder, c) for c in ("mgda-s1", "pcgrad-s1")] == [["start"], ["start"]]
+    assert "2 cells: 2 done" in capsys.readouterr().out
+
+
+def test_a_bad_override_stops_the_sweep_with_one_line_and_writes_nothing(tmp_path, capsys):
+    spec = write_spec(tmp_path, grid={"aggregator.name": ["mgda", "nosuch"]}, overrides={"aggregator.options": {}})
+    assert morl("sweep", spec) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [err[0]] and err[0].startswith("morl: error: cell nosuch: aggregator.name: unknown aggregator 'nosuch'")
+    assert not (tmp_path / "out").exists()
+    assert morl("sweep", spec, "--address", "auto") == 2
+    assert "--address is for --engine ray" in capsys.readouterr().err
+
+
+def test_dry_run_lists_the_cells_and_writes_nothing(tmp_path, capsys):
+    spec = write_spec(tmp_path, grid={"aggregator.name": ["mgda", "pcgrad"]}, seeds=[0, 1], overrides={"aggregator.options": {}})
+    assert morl("sweep", spec, "--dry-run") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines[1:]] == [["mgda-s0", "start"], ["mgda-s1", "start"],
+                                                         ["pcgrad-s0", "start"], ["pcgrad-s1", "start"]]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_local_with_a_killed_run_and_ray_give_bitwise_equal_runs(tmp_path):
+    """2 aggregators x 3 seeds: local, one run SIGKILLed half-way and resumed by the re-run;
+    then the same sweep on a local Ray instance; every run's final state is bitwise the same."""
+    from morl.runners.checkpoint import torch_load
+    from state_equality import assert_state_equal
+
+    local = real_spec(tmp_path, "local", [1, 2, 3], total_steps=120, max_retries=0)
+    folder = tmp_path / "local" / "agg"
+    killer = threading.Thread(target=kill_when_checkpointed, args=(folder / "pcgrad-s2", 300.0))
+    killer.start()
+    assert morl("sweep", local, "--no-progress") == 1  # the killed run, reported (no retries)
+    killer.join()
+    assert morl("sweep", local, "--no-progress") == 0
+    assert attempts(folder, "pcgrad-s2") == ["start", "resume"]
+    assert morl("sweep", real_spec(tmp_path, "ray", [1, 2, 3], total_steps=120), "--engine", "ray", "--no-progress") == 0
+    for name in ("mgda-s1", "mgda-s2", "mgda-s3", "pcgrad-s1", "pcgrad-s2", "pcgrad-s3"):
+        a, b = folder / name, tmp_path / "ray" / "agg" / name
+        assert attempts(b.parent, name) == ["start"] and (name == "pcgrad-s2" or attempts(folder, name) == ["start"])
+        assert json.loads((a / "final_metrics.json").read_text()) == json.loads((b / "final_metrics.json").read_text())
+        sa, sb = torch_load(a / "checkpoints" / "last.pt"), torch_load(b / "checkpoints" / "last.pt")
+        assert sa["step"] == sb["step"] == 120
+        for key in ("agent", "replay", "env", "eval_env", "rng"):
+            assert_state_equal(sa[key], sb[key], f"{name}.{key}")

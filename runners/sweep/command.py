@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
+from pathlib import Path
 
 from morl.runners.errors import UserError
 
@@ -51,7 +53,7 @@ def run(folder, spec, cells, args) -> int:
     try:
         print(f"morl sweep: {folder}: {len(cells)} cells on {engine.name} "
               f"({min(engine.capacity, args.max_parallel or engine.capacity)} at a time)", flush=True)
-        scheduler = Scheduler(folder, cells, engine, max_retries=spec.max_retries, threads=spec.resources.cpus,
+        scheduler = Scheduler(folder, cells, engine, max_retries=spec.max_retries, threads=spec.resources.cpus, gpus=spec.resources.gpus,
                               max_parallel=args.max_parallel, progress=False if args.no_progress else None)
         code = scheduler.run()
     finally:
@@ -94,4 +96,12 @@ def print_cells(folder, cells) -> None:
     width = max(len(c.name) for c in cells)
     for cell in cells:
         action = next_action(folder / cell.run_dir)
-        print(f"  {cell.name:<{width}}  {action:<8}  morl {cell.command} {cell.config} {' '.join(cell.overrides)}")
+        print(f"  {cell.name:<{width}}  {action:<8}  morl {shlex.join([cell.command, _short(cell.config), *cell.overrides])}")
+
+
+def _short(path: str) -> str:
+    """A config path relative to the current directory when it lies below it (shorter lines)."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path

@@ -24,18 +24,19 @@ class SweepProgress:
         disable = (not sys.stderr.isatty()) if enabled is None else not enabled
         self.bar = tqdm(total=total, desc="sweep", bar_format=BAR_FORMAT, dynamic_ncols=True, disable=disable)
         self.total, self.start = total, time.monotonic()
-        self.first_done: int | None = None
-        self.first_fraction: dict[str, float] = {}  # running cell -> its fraction when first seen
-        self.last_line = ""
+        self.first_fraction: dict[str, float] = {}  # cell -> its fraction when first seen running
+        self.made_by_ended = 0.0  # the part of the cells this invocation finished that it did itself
+
+    def ended(self, name: str) -> None:
+        """An attempt of this invocation finished ``name``."""
+        self.made_by_ended += 1.0 - self.first_fraction.get(name, 0.0)
 
     def update(self, done: int, running: dict[str, Path], failed: int, event: str = "") -> None:
         fractions = {name: _fraction(path) for name, path in running.items()}
         for name, f in fractions.items():
             self.first_fraction.setdefault(name, f)
-        if self.first_done is None:
-            self.first_done = done
         position = done + sum(fractions.values())
-        made = (done - self.first_done) + sum(f - self.first_fraction[n] for n, f in fractions.items())
+        made = self.made_by_ended + sum(f - self.first_fraction[n] for n, f in fractions.items())
         elapsed = time.monotonic() - self.start
         eta = format_eta((self.total - position) * elapsed / made if made > 0 else float("nan"))
         text = f"{done}/{self.total} done, {len(running)} running, {failed} failed, eta {eta}"
@@ -43,9 +44,6 @@ class SweepProgress:
         self.bar.set_postfix_str(text, refresh=True)
         if self.bar.disable and event:
             print(f"morl sweep: {event} [{text}]", file=sys.stderr, flush=True)
-
-    def message(self, line: str) -> None:
-        self.bar.write(line, file=sys.stderr)
 
     def close(self) -> None:
         self.bar.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 
 from morl.runners.errors import UserError
 from morl.runners.sweep.worker import Job, run_job
@@ -23,18 +24,25 @@ class RayEngine:
         import ray
 
         self.ray = ray
-        quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
         try:
-            if address:
-                ray.init(address=address, **quiet)
-            else:
-                ray.init(num_cpus=os.cpu_count() or 1, **quiet)
+            self._init(address)
         except ConnectionError as exc:
             raise UserError(f"cannot join the Ray cluster at {address!r} ({str(exc).splitlines()[0]}); "
                             "start one with `ray start --head` or leave out --address for a local Ray instance") from None
         self.capacity = self._capacity(cpus_per_run, gpus_per_run)
         # Ray must not re-run a task itself: retries are the sweep's, decided from the run directory.
         self.task = ray.remote(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=0)(run_job)
+
+    def _init(self, address: str | None) -> None:
+        quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
+        with warnings.catch_warnings():
+            # Ray 2.55 warns on every start that it will stop hiding GPUs from num_gpus=0 tasks;
+            # the sweep hides them itself (worker.Job.hide_gpus), on both engines.
+            warnings.simplefilter("ignore", FutureWarning)
+            if address:
+                self.ray.init(address=address, **quiet)
+            else:
+                self.ray.init(num_cpus=os.cpu_count() or 1, **quiet)
 
     def _capacity(self, cpus: int, gpus: float) -> int:
         total = self.ray.cluster_resources()
@@ -51,6 +59,7 @@ class RayEngine:
         return self.task.remote(job)
 
     def wait(self, handles: list, timeout: float) -> list[tuple[object, int | None, str]]:
+        """The handles that ended within ``timeout`` seconds: (handle, exit status, error)."""
         if not handles:
             return []
         ready, rest = self.ray.wait(handles, num_returns=1, timeout=timeout)

@@ -26,20 +26,21 @@ from morl.runners.sweep.worker import POLL_SECONDS, Job
 BUSY_POLL_SECONDS = 2.0  # how often a run held by an earlier sweep's process is looked at again
 
 
-def job_for(folder: Path, cell: Cell, action: str, stop: SweepStop, threads: int, program: tuple[str, ...]) -> Job:
+def job_for(folder: Path, cell: Cell, action: str, stop: SweepStop, threads: int, gpus: float, program: tuple[str, ...]) -> Job:
     run_dir = str((folder / cell.run_dir).resolve())
     if action == START:
         args = (cell.command, cell.config, *cell.overrides, "--run-dir", run_dir, "--no-progress")
     else:
         args = ("resume", run_dir, "--no-progress")
-    return Job(cell.name, args, os.getcwd(), str(log_path(folder, cell).resolve()), str(stop.path.resolve()), threads, program)
+    return Job(cell.name, args, os.getcwd(), str(log_path(folder, cell).resolve()), str(stop.path.resolve()), threads,
+               gpus == 0, program)
 
 
 class Scheduler:
-    def __init__(self, folder: Path, cells: list[Cell], engine, *, max_retries: int, threads: int,
+    def __init__(self, folder: Path, cells: list[Cell], engine, *, max_retries: int, threads: int, gpus: float = 0.0,
                  max_parallel: int | None = None, program: tuple[str, ...] = (), progress: bool | None = None) -> None:
         self.folder, self.cells, self.engine = folder, cells, engine
-        self.max_retries, self.threads, self.program = max_retries, threads, program
+        self.max_retries, self.threads, self.gpus, self.program = max_retries, threads, gpus, program
         self.slots = min(engine.capacity, max_parallel or math.inf, len(cells)) or 1
         self.status = SweepStatus(folder, cells, engine.name)
         self.failures = {c.name: 0 for c in cells}
@@ -80,7 +81,7 @@ class Scheduler:
             action = next_action(run_dir)
             if action in (DONE, DIVERGED):
                 self.status.set(cell.name, action)
-                self._show(f"{cell.name} {action}")
+                self._show(f"{cell.name}: already {'finished' if action == DONE else 'diverged'}, skipped")
                 continue
             if action == BUSY:
                 busy.append(cell)
@@ -88,7 +89,7 @@ class Scheduler:
                 continue
             if action == START and run_dir.exists():
                 shutil.rmtree(run_dir)  # started before but no checkpoint and no owner: start afresh
-            job = job_for(self.folder, cell, action, stop, self.threads, self.program)
+            job = job_for(self.folder, cell, action, stop, self.threads, self.gpus, self.program)
             self.running[self.engine.submit(job)] = (cell, action, time.time())
             self.status.set(cell.name, "running")
             self._show(f"{cell.name}: {action}")
@@ -100,6 +101,7 @@ class Scheduler:
             outcome = next_action(self.folder / cell.run_dir)
             if outcome in (DONE, DIVERGED):
                 self.status.set(cell.name, outcome)
+                self.bar.ended(cell.name)
                 self._show(f"{cell.name} {'finished' if outcome == DONE else 'diverged'}")
             elif stop.requested:
                 self.status.set(cell.name, "interrupted")
