@@ -285,7 +285,7 @@ def test_errors_name_what_is_wrong():
 
 
 def _runner_parts(overrides):
-    from morl.runners.supervised import run as sup
+    from morl.runners.supervised import training as sup
     from morl.runners.config import load_config
     from morl.runners.supervised.config import SupervisedConfig
 

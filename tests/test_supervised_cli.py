@@ -1,7 +1,6 @@
 """``morl supervised``: a real run writes its files and learns, Δm against a baseline run,
 bitwise resume, and one-line errors that write nothing."""
 
-import argparse
 import json
 from pathlib import Path
 
@@ -11,24 +10,13 @@ import torch
 from morl.metrics import delta_m
 from morl.runners.checkpoint import torch_load
 from morl.runners import cli
-from morl.runners.supervised import run as sup
-from morl.runners.errors import UserError
-
-
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
-def morl_supervised(*argv, capsys=None):
-    """What ``morl supervised ...`` does (morl.runners.cli builds the parser the same way)."""
-    parser = argparse.ArgumentParser(prog="morl supervised")
-    sup.add_arguments(parser)
-    args = parser.parse_args(list(argv))
-    try:
-        return sup.main(args)
-    except UserError as exc:
-        print(f"morl: error: {exc}")
-        return 2
+def morl_supervised(*argv):
+    """``morl supervised ...`` through the command line's own entry point."""
+    return cli.main(["supervised", *argv, "--no-progress"])
 
 
 def only_run(out: Path) -> Path:
@@ -37,7 +25,7 @@ def only_run(out: Path) -> Path:
 
 
 def test_registered_in_the_cli():
-    assert cli.SUBCOMMANDS["supervised"][0] == "morl.runners.supervised.run"
+    assert cli.SUBCOMMANDS["supervised"][0] == "morl.runners.supervised.command"
 
 
 FAST = ["epochs=3", "eval_every=1", "checkpoint_every=1", "model.hidden=[32]", "optim.lr=0.005", "batch_size=64"]
@@ -51,12 +39,13 @@ def test_digits_run_writes_logs_checkpoint_and_learns(tmp_path, capsys):
     assert (run / "config.yaml").is_file() and (run / "checkpoints" / "last.pt").is_file()
     assert any((run / "tb").glob("events.out.tfevents.*"))
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [rec["epoch"] for rec in lines] == [1, 2, 3]
+    assert [rec["step"] for rec in lines if rec["kind"] == "eval"] == [1, 2, 3]
+    assert [rec["step"] for rec in lines if rec["kind"] == "train"] == [1, 2, 3]
     final = json.loads((run / "final_metrics.json").read_text())
     # min(digit, parity) accuracy over config seeds 0..19: min 0.786, median 0.855 (0.8 failed seed 11)
     assert final["test"]["digit/accuracy"] > 0.7 and final["test"]["parity/accuracy"] > 0.7
     assert final["directions"] == {"digit/accuracy": True, "parity/accuracy": True, "large/accuracy": True}
-    assert "epoch    3/3" in capsys.readouterr().out
+    assert "epoch 3: val digit=" in capsys.readouterr().err
 
 
 def test_delta_m_against_a_baseline_run(tmp_path):
@@ -88,7 +77,7 @@ def test_resume_continues_bitwise_with_the_jogba_ordering(tmp_path):
     for key, value in full["adapter"]["model"].items():
         assert torch.equal(value, resumed["adapter"]["model"][key]), key
     assert torch.equal(full["ordering"]["orders"], resumed["ordering"]["orders"])
-    assert [json.loads(x)["epoch"] for x in (cut / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+    assert [json.loads(x)["step"] for x in (cut / "metrics.jsonl").read_text().splitlines()] == [1, 1, 2, 2, 3, 3, 4, 4]
 
 
 def test_regression_config_learns(tmp_path):
@@ -117,15 +106,18 @@ def test_regression_config_learns(tmp_path):
 def test_bad_input_one_line_error_nothing_written(tmp_path, capsys, argv, message):
     argv = [str(CONFIGS / argv[0])] + argv[1:]
     rc = morl_supervised(*argv, f"out_dir={tmp_path / 'runs'}")
-    out = capsys.readouterr().out.strip().splitlines()
+    err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2
-    assert out[-1].startswith("morl: error:") and message in out[-1], out
+    assert len(err) == 1 and err[0].startswith("morl: error:") and message in err[0], err
     assert not (tmp_path / "runs").exists()
 
 
 def test_resume_needs_a_run_directory_and_keeps_the_learner(tmp_path, capsys):
     assert morl_supervised("--resume", str(tmp_path)) == 2
-    assert "is not a morl run directory" in capsys.readouterr().out
-    (tmp_path / "config.yaml").write_text("epochs: 2\n")
-    assert morl_supervised("--resume", str(tmp_path), "aggregator.name=mgda") == 2
-    assert "only epochs, eval_every, checkpoint_every may be overridden" in capsys.readouterr().out
+    assert "is not a morl run directory" in capsys.readouterr().err
+    assert morl_supervised(str(CONFIGS / "supervised_digits_mean.yaml"), "epochs=1", "model.hidden=[8]",
+                           "--run-dir", str(tmp_path / "run")) == 0
+    capsys.readouterr()
+    assert morl_supervised("--resume", str(tmp_path / "run"), "aggregator.name=mgda") == 2
+    err = capsys.readouterr().err
+    assert "'aggregator.name' cannot change a started supervised run; allowed: epochs, eval_every, checkpoint_every" in err
