@@ -95,6 +95,8 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
     assert final["step"] == 60 and final["headline"] == eval_lines[-1]["eval/success"]["mean"]
     assert final["eval/success"] == eval_lines[-1]["eval/success"]
 
+    _assert_comparison_views(run_dir, final["headline"])
+
     tags = _tags(run_dir)
     expected = [
         "train/success/mean", "train/return/goal-2", "eval/success/goal-0", "eval/success/mean", "eval/return/mean",
@@ -133,3 +135,21 @@ def test_morl_train_learns_the_fast_env(tmp_path, capsys):
     evals = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]
     assert [e["step"] for e in evals] == [400, 800]
     assert evals[-1]["eval/success"]["mean"] >= 0.9
+
+
+def _assert_comparison_views(run_dir, headline: float) -> None:
+    """TensorBoard's custom-scalars layout names every task's success, and the HParams view has
+    this run as one session carrying its final metrics (written by the shell for every kind)."""
+    from tensorboard.plugins.custom_scalar import custom_scalars_plugin
+    from tensorboard.plugins.hparams import api_pb2, backend_context, list_session_groups
+    from test_tb_layout import _backend
+
+    _, tb, ctx = _backend(run_dir)
+    layout = json.loads(custom_scalars_plugin.CustomScalarsPlugin(tb).layout_impl(ctx, ""))
+    charts = {c["title"]: c["multiline"]["tag"] for c in layout["category"][0]["chart"]}
+    assert charts["eval success, every task"] == [f"^eval/success/goal\\-{i}$" for i in range(4)]
+    request = api_pb2.ListSessionGroupsRequest(start_index=0, slice_size=10, allowed_statuses=[api_pb2.STATUS_SUCCESS, api_pb2.STATUS_UNKNOWN])
+    (group,) = list_session_groups.Handler(ctx, backend_context.Context(tb), "", request).run().session_groups
+    assert group.hparams["aggregator.name"].string_value == "pcgrad"
+    values = {m.name.tag: m.value for m in group.sessions[0].metric_values}
+    assert values["final/headline"] == pytest.approx(headline)

@@ -72,6 +72,10 @@ class RLExperiment(Experiment):
                         run.checkpoint_minutes, run.keep_checkpoints)
 
     @property
+    def task_names(self) -> list[str]:
+        return list(self.s.eval_env.task_names)
+
+    @property
     def eta_reliable(self) -> bool:
         return self.s.step > self.cfg.run.warmup_steps  # the warm-up's random actions run far faster
 

@@ -103,6 +103,16 @@ class Experiment:
         """What ``final_metrics.json`` holds at the end of the run."""
         return {}
 
+    @property
+    def task_names(self) -> list[str] | None:
+        """The tasks/objectives, for TensorBoard's comparison charts (None: any name)."""
+        return None
+
+    def layout_tags(self) -> dict[str, Any]:
+        """Tags of TensorBoard's comparison charts when they differ from RL's
+        (``runners/tb_layout.py::layout``: success_tag, weight_tag, conflict_tags, speed_tags)."""
+        return {}
+
     def progress_fields(self, record: dict[str, Any]) -> dict[str, Any]:
         """Fields of a log record to show on the progress bar (e.g. throughput)."""
         return {}

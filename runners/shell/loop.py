@@ -49,6 +49,10 @@ def run(exp: Experiment, run_dir: Path, *, progress: bool | None = None, resumed
     sched = exp.schedule
     # purge_step drops TensorBoard events logged after the checkpoint a resumed run restarts from
     logger = RunLogger(run_dir, purge_step=exp.position + 1 if resumed else None)
+    if not resumed:  # the comparison charts (custom scalars); a resumed run keeps its own
+        from morl.runners.tb_layout import write_layout
+
+        write_layout(logger.writer, exp.task_names, **exp.layout_tags())
     write_run_info(run_dir, kind=exp.kind, command=exp.command, status="running", position=exp.position,
                    total=sched.total, unit=exp.unit)
     bar = Progress(sched.total, initial=exp.position, desc=exp.name or exp.kind, enabled=progress, unit=exp.unit)
