@@ -57,6 +57,7 @@ def write_sweep(root: Path, methods: dict[str, float], seeds: list[int]) -> tupl
         for i, s in enumerate(seeds):
             name = f"{aggregator}-s{s}"
             write_rl_run(root / "runs" / name, aggregator, s, tables[aggregator][i])
-            cells.append({"name": name, "run_dir": f"runs/{name}", "group": {"aggregator.name": aggregator}, "seed": s})
+            group = {"aggregator.name": aggregator, "run.total_steps": STEPS[-1]}  # the second key is the same everywhere
+            cells.append({"name": name, "run_dir": f"runs/{name}", "group": group, "seed": s})
     (root / "manifest.json").write_text(json.dumps({"cells": cells}))
     return root, tables

@@ -85,12 +85,21 @@ def _sweep_sources(sweep: Path) -> tuple[list[Source], Path, list[str]]:
     for cell in cells:
         if not isinstance(cell, dict) or "run_dir" not in cell:
             raise UserError(f"{str(sweep / MANIFEST)!r}: every cell needs a 'run_dir', got {cell!r}")
+    varying = _varying_keys([cell.get("group") or {} for cell in cells])
+    for cell in cells:
         path = sweep / cell["run_dir"]
         if not (path / "config.yaml").is_file():
             notes.append(f"{cell.get('name', cell['run_dir'])}: not started (no {path}/config.yaml), left out")
             continue
-        sources.append(Source(path, dict(cell.get("group") or {}), cell.get("seed")))
+        group = {k: v for k, v in (cell.get("group") or {}).items() if k in varying}
+        sources.append(Source(path, group, cell.get("seed")))
     return sources, sweep, notes
+
+
+def _varying_keys(groups: list[dict[str, Any]]) -> set[str]:
+    """Group keys whose value differs between cells: a key every cell shares names no method."""
+    keys = {k for g in groups for k in g}
+    return {k for k in keys if len({json.dumps(g.get(k), sort_keys=True, default=str) for g in groups}) > 1}
 
 
 def _read_json(path: Path) -> Any:

@@ -8,6 +8,7 @@ Everything is read and computed before anything is written: bad input writes not
 
 from __future__ import annotations
 
+import importlib.util
 import shlex
 from collections import Counter
 from pathlib import Path
@@ -38,6 +39,8 @@ def main(args) -> int:
 
     if not REPS_RANGE[0] <= args.reps <= REPS_RANGE[1]:
         raise UserError(f"--reps {args.reps}: give between {REPS_RANGE[0]} and {REPS_RANGE[1]} bootstrap resamples")
+    if not args.no_plots and importlib.util.find_spec("matplotlib") is None:
+        raise UserError("the plots need matplotlib: pip install 'morl[cli]', or give --no-plots for the tables alone")
     group_by = [k.strip() for k in args.group_by.split(",") if k.strip()] if args.group_by else None
     runs, sweep, notes = collect(args.paths, args.metric, group_by)
     methods = group(runs)
