@@ -28,3 +28,17 @@ def uneven_round(steps: int = 6, batch: int = 5):
     thetas = model.init(3, torch.Generator().manual_seed(0))
     noise = C.round_noise(0, 0, 4, 3, steps=steps, batch=batch)
     return model, thetas, data, noise
+
+
+def run_fl(cfg) -> dict:
+    """Run ``cfg`` as ``morl fl`` does (the experiment shell) in a temporary run directory and
+    return its ``final_metrics.json`` (``final``: the last evaluation, ``best_val``, ``rounds``)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from morl.runners.shell.commands import start
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = start("fl", cfg, run_dir=Path(tmp) / "run", progress=False)
+        return json.loads((run_dir / "final_metrics.json").read_text())

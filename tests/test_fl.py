@@ -1,15 +1,14 @@
 """Federated learning: data generators, strategies, MosT vs FedAvg, CLI (client and server maths: test_fl_math.py)."""
 
-import argparse
-
 import numpy as np
 import pytest
 import torch
 
 from morl.agents.federated import strategies as S
 from morl.envs.data import federated as fl_data
-from morl.runners.fl import run as fl_runner
-from morl.runners.errors import UserError
+from fl_fixtures import run_fl
+from morl.runners.cli import main as morl
+from morl.runners.fl.config import FLConfig
 
 
 def test_synthetic_generator_shapes_and_heterogeneity():
@@ -64,7 +63,7 @@ def test_fedavg_and_fedmgda_aggregation(gen):
 
 
 def _cfg(strategy, rounds=15, **most):
-    cfg = fl_runner.FLConfig(device="cpu")
+    cfg = FLConfig(device="cpu")
     cfg.strategy.name = strategy
     for k, v in most.items():
         setattr(cfg.strategy.most, k, v)
@@ -74,8 +73,8 @@ def _cfg(strategy, rounds=15, **most):
 
 def test_most_beats_fedavg_on_synthetic():
     # Syn(0.5, 0.5), 30 clients, m = 5, val-picked test accuracy (MosT Table 1's protocol).
-    fedavg = fl_runner.run(_cfg("fedavg"), log=lambda *_: None)["final"]
-    most = fl_runner.run(_cfg("most", combine="linear"), log=lambda *_: None)["final"]
+    fedavg = run_fl(_cfg("fedavg"))["final"]
+    most = run_fl(_cfg("most", combine="linear"))["final"]
     assert most["test_mean"] > fedavg["test_mean"] + 0.01
     assert most["test_worst20"] > fedavg["test_worst20"] + 0.02
     assert min(most["model_share"]) >= 2  # every model is some clients' best: no collapse
@@ -84,22 +83,23 @@ def test_most_beats_fedavg_on_synthetic():
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["fedprox", "fedmgda", "mgda", "linearization"])
 def test_baselines_learn(strategy):
-    res = fl_runner.run(_cfg(strategy, rounds=10), log=lambda *_: None)["final"]
+    res = run_fl(_cfg(strategy, rounds=10))["final"]
     assert res["test_mean"] > 0.6
 
 
-def test_cli_writes_a_run_and_rejects_bad_config(tmp_path):
-    args = argparse.Namespace(config="configs/fl_synthetic_most.yaml",
-                              overrides=[f"out_dir={tmp_path}", "train.rounds=2", "train.eval_every=1",
-                                         "data.num_clients=5", "train.local_steps=2", "device=cpu", "strategy.most.warmup_rounds=1"])
-    assert fl_runner.main(args) == 0
+def test_cli_writes_a_run_and_rejects_bad_config(tmp_path, capsys):
+    args = ["configs/fl_synthetic_most.yaml", "train.rounds=2", "train.eval_every=1", "data.num_clients=5",
+            "train.local_steps=2", "device=cpu", "strategy.most.warmup_rounds=1"]
+    assert morl(["fl", *args, f"out_dir={tmp_path}", "--no-progress"]) == 0
     run_dir = next(tmp_path.iterdir())
-    for name in ("config.yaml", "metrics.jsonl", "summary.json", "checkpoints/last.pt"):
+    for name in ("config.yaml", "metrics.jsonl", "final_metrics.json", "run.json", "checkpoints/last.pt"):
         assert (run_dir / name).is_file()
     assert any((run_dir / "tb").iterdir())
     for bad, msg in [("strategy.most.tau=-1", "tau"), ("strategy.name=fedsgd", "allowed"), ("train.rounds=0", "rounds")]:
-        with pytest.raises(UserError, match=msg):
-            fl_runner.main(argparse.Namespace(config="configs/fl_synthetic_most.yaml", overrides=[f"out_dir={tmp_path}/x", bad]))
+        capsys.readouterr()
+        assert morl(["fl", *args, f"out_dir={tmp_path}/x", bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("morl: error:") and "\n" not in err and msg in err
     assert not (tmp_path / "x").exists()  # nothing half-written
 
 
@@ -117,7 +117,7 @@ def test_most_switch_takes_both_branches_and_is_deterministic():
         try:
             cfg = _cfg("most", rounds=8, combine="switch", warmup_rounds=1)
             cfg.data.num_clients, cfg.train.local_steps = 10, 3
-            res = fl_runner.run(cfg, log=lambda *_: None)["final"]
+            res = run_fl(cfg)["final"]
         finally:
             S.MosTStrategy.aggregate = orig
         return res, fed["strategy"]

@@ -2,7 +2,6 @@
 paper) as options of the MosT strategy:
 pair sampling with stale deltas/losses, last-epoch losses, the Γ moving average, the OT re-solve."""
 
-import argparse
 import re
 
 import pytest
@@ -12,9 +11,10 @@ from morl.agents.federated import client as C
 from morl.agents.federated import strategies as S
 from morl.agents.federated.model import build as build_model
 from morl.envs.data import federated as fl_data
-from fl_fixtures import tiny_round
+from fl_fixtures import run_fl, tiny_round
 from morl.most import MosT
-from morl.runners.fl import run as fl_runner
+from morl.runners.fl.config import FLConfig
+from morl.runners.fl.experiment import FLExperiment
 from morl.runners.cli import main as morl
 
 
@@ -23,7 +23,7 @@ def _most(m=2, warm_start=True):
 
 
 def _cfg(rounds=6, **most):
-    cfg = fl_runner.FLConfig(device="cpu")
+    cfg = FLConfig(device="cpu")
     cfg.strategy.name = "most"
     cfg.data.num_clients = 8
     cfg.strategy.num_models = 3
@@ -50,9 +50,9 @@ def _spy_federation(monkeypatch):
 
 def test_sample_fraction_one_is_the_plain_round(monkeypatch):
     seen = _spy_federation(monkeypatch)
-    fl_runner.run(_cfg(combine="mgda"), log=lambda *_: None)
+    run_fl(_cfg(combine="mgda"))
     plain = seen["fed"].thetas.clone()
-    res = fl_runner.run(_cfg(combine="mgda", sample_fraction=1.0, gamma_momentum=0.0, ot_resolve=0), log=lambda *_: None)
+    res = run_fl(_cfg(combine="mgda", sample_fraction=1.0, gamma_momentum=0.0, ot_resolve=0))
     assert torch.equal(seen["fed"].thetas, plain)
     assert seen["fed"].strategy.sample_pairs(10, 3, 8) is None and seen["fed"].strategy.cache_deltas is None
     assert res["rounds"] == 6
@@ -220,9 +220,8 @@ def test_official_round_runs_end_to_end(monkeypatch):
     seen = _spy_federation(monkeypatch)
     overrides = ["device=cpu", "train.rounds=8", "train.eval_every=8", "data.num_clients=10", "train.local_steps=3",
                  "strategy.most.warmup_rounds=1", "strategy.most.gamma_average_start=3", "strategy.most.sample_fraction=0.2"]
-    cfg, run_dir = fl_runner.load(argparse.Namespace(resume=None, config="configs/fl_most_official.yaml", overrides=overrides))
-    assert run_dir is None
-    res = fl_runner.run(cfg, log=lambda *_: None)["final"]
+    cfg = FLExperiment.load_config("configs/fl_most_official.yaml", overrides)
+    res = run_fl(cfg)["final"]
     strat = seen["fed"].strategy
     assert len(strat.branches) == 7 and strat.branches[0] == "linear"
     assert strat.gamma_count > 0 and strat.cache_deltas.shape == (5, 10, seen["fed"].thetas.shape[1])

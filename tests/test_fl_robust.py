@@ -9,7 +9,8 @@ from morl.agents.federated import strategies as S
 from morl.agents.federated.model import build as build_model
 from morl.agents.federated.simulator import Federation, InProcessEngine, LocalConfig
 from morl.envs.data import federated as fl_data
-from morl.runners.fl import run as fl_runner
+from morl.runners.fl.build import build_strategy
+from morl.runners.fl.config import FLConfig
 from morl.runners.errors import UserError
 
 
@@ -61,12 +62,12 @@ def test_robust_strategy_is_the_aggregator_per_model(gen):
 
 
 def test_config_wiring_and_validation():
-    cfg = fl_runner.FLConfig()
+    cfg = FLConfig()
     cfg.strategy.name, cfg.strategy.n_byzantine = "krum", 2
-    assert isinstance(fl_runner.build_strategy(cfg, 7), S.Robust)
+    assert isinstance(build_strategy(cfg, 7), S.Robust)
     with pytest.raises(ValueError, match="krum with n_byzantine=2 needs at least 7 clients, got 6"):
-        fl_runner.build_strategy(cfg, 6)
+        build_strategy(cfg, 6)
     cfg.strategy.name = "trimmed_mean"
-    assert fl_runner.build_strategy(cfg, 5).aggregator.trim == 2
+    assert build_strategy(cfg, 5).aggregator.trim == 2
     with pytest.raises(ValueError, match="needs at least 5 clients"):
-        fl_runner.build_strategy(cfg, 4)
+        build_strategy(cfg, 4)

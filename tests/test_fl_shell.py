@@ -1,0 +1,184 @@
+"""``morl fl`` on the experiment shell: a run stopped (in process, by SIGTERM, or by a crash) and
+resumed ends bitwise equal to the uninterrupted run; bad input gives one line and exit 2;
+``morl eval`` evaluates a finished run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from morl.agents.federated import simulator
+from morl.runners.checkpoint import torch_load
+from morl.runners.cli import main as morl
+from morl.runners.fl.experiment import FLExperiment
+from morl.runners.interrupts import Interrupted
+from morl.runners.shell.commands import resume, start
+from state_equality import assert_state_equal
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "configs" / "fl_most_official.yaml")
+# The official round exercises every piece of resumable state: pair sampling with cached stale
+# deltas, the cumulative Γ average, the switch's avg_S, the curriculum, the OT warm start.
+TINY = ["device=cpu", "data.num_clients=8", "strategy.num_models=3", "train.local_steps=3", "strategy.most.warmup_rounds=1",
+        "strategy.most.sample_fraction=0.25", "strategy.most.gamma_average_start=4"]
+ARGS = [*TINY, "train.rounds=9", "train.eval_every=2", "train.checkpoint_every=3"]
+TIMING = ("time", "perf/client_seconds", "perf/server_seconds")  # wall-clock: differ between any two runs
+
+
+def _state(run_dir: Path) -> dict:
+    state = torch_load(run_dir / "checkpoints" / "last.pt")
+    return {k: v for k, v in state.items() if k not in ("seconds", "logged_seconds")}  # timers: wall-clock
+
+
+def _records(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
+
+
+def _assert_same_run(a: Path, b: Path, rounds: int) -> None:
+    sa, sb = _state(a), _state(b)
+    assert sa["round"] == sb["round"] == sa["position"] == rounds
+    assert_state_equal(sa, sb, "last.pt")
+    assert _records(a) == _records(b)
+    fa, fb = (json.loads((d / "final_metrics.json").read_text()) for d in (a, b))
+    assert fa["final"] == fb["final"] and fa["best_val"] == fb["best_val"] and fa["rounds"] == rounds
+    assert json.loads((b / "run.json").read_text())["status"] == "finished"
+
+
+def test_stopped_and_resumed_in_process_equals_the_uninterrupted_run(tmp_path):
+    cfg = lambda: FLExperiment.load_config(CONFIG, ARGS)  # noqa: E731
+    full = start("fl", cfg(), run_dir=tmp_path / "full", progress=False)
+    # Round 7: neither an evaluation (every 2) nor a periodic checkpoint (every 3) is due there.
+    with pytest.raises(Interrupted, match="morl resume"):
+        start("fl", cfg(), run_dir=tmp_path / "stopped", progress=False, stop_at=7)
+    stopped = tmp_path / "stopped"
+    assert torch_load(stopped / "checkpoints" / "last.pt")["round"] == 7
+    assert json.loads((stopped / "run.json").read_text())["status"] == "interrupted"
+    resume(stopped, progress=False)
+    _assert_same_run(full, stopped, 9)
+    strategy = _state(full)["federation"]["strategy"]
+    assert len(strategy["branches"]) == 8 and strategy["cache_deltas"] is not None and strategy["gamma_count"] > 0
+    assert [(r["kind"], r["step"]) for r in _records(full)] == [(k, s) for s in (2, 4, 6, 8, 9) for k in ("train", "eval")]
+
+
+def test_crashed_run_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
+    cfg = lambda: FLExperiment.load_config(CONFIG, ARGS)  # noqa: E731
+    full = start("fl", cfg(), run_dir=tmp_path / "full", progress=False)
+    orig = simulator.Federation.run_round
+
+    def crash_in_round_8(self, engine):  # the last checkpoint is round 6, the last evaluation too
+        if self.round == 7:
+            raise RuntimeError("simulated crash")
+        orig(self, engine)
+
+    monkeypatch.setattr(simulator.Federation, "run_round", crash_in_round_8)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        start("fl", cfg(), run_dir=tmp_path / "crashed", progress=False)
+    monkeypatch.setattr(simulator.Federation, "run_round", orig)
+    crashed = tmp_path / "crashed"
+    assert torch_load(crashed / "checkpoints" / "last.pt")["round"] == 6 and not (crashed / "final_metrics.json").exists()
+    assert morl(["resume", str(crashed), "--no-progress"]) == 0  # dispatches on run.json
+    _assert_same_run(full, crashed, 9)  # the records of round 7 (written before the crash) are not repeated
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "morl.runners.cli", *args]
+
+
+def test_sigterm_checkpoints_and_morl_resume_finishes_the_run(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    # Long enough (80 rounds, ~2 s of CPU) that the signal arrives mid-run.
+    args = [CONFIG, *TINY, "train.rounds=80", "train.eval_every=4", "train.checkpoint_every=1000", "--no-progress"]
+    ref = subprocess.run(_cli("fl", *args, "--run-dir", str(tmp_path / "full")), env=env, capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+    run_dir = tmp_path / "stopped"
+    proc = subprocess.Popen(_cli("fl", *args, "--run-dir", str(run_dir)), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        metrics, deadline = run_dir / "metrics.jsonl", time.time() + 240
+        while not (metrics.is_file() and metrics.stat().st_size):
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.time() < deadline, "no metrics within 240 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "checkpoints/last.pt" in err and f"morl resume {run_dir}" in err
+    assert 0 < torch_load(run_dir / "checkpoints" / "last.pt")["round"] < 80
+    done = subprocess.run(_cli("resume", str(run_dir), "--no-progress"), env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    _assert_same_run(tmp_path / "full", run_dir, 80)
+
+
+@pytest.mark.parametrize("bad, says", [
+    ("train.epochs=3", "unknown config key 'train.epochs'"),
+    ("train.rounds=0", "train.rounds must be >= 1"),
+    ("strategy.most.sample_fraction=1.5", "sample_fraction must be in (0, 1]"),
+    ("train.checkpoint_minutes=0", "train.checkpoint_minutes must be > 0 or null"),
+])
+def test_bad_input_one_line_exit_2_nothing_written(bad, says, tmp_path, capsys):
+    assert morl(["fl", CONFIG, *ARGS, bad, "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("morl: error:") and "\n" not in err and says in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_rejects_learner_overrides_and_extends_rounds(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert morl(["fl", CONFIG, *TINY, "train.rounds=4", "--run-dir", str(run_dir), "--no-progress"]) == 0
+    config = (run_dir / "config.yaml").read_text()
+    capsys.readouterr()
+    assert morl(["resume", str(run_dir), "strategy.most.sample_fraction=0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "strategy.most.sample_fraction" in err and "train.rounds" in err
+    assert (run_dir / "config.yaml").read_text() == config  # nothing rewritten
+    assert morl(["resume", str(tmp_path / "nope")]) == 2
+    assert morl(["fl", "--resume", str(run_dir), "train.rounds=6", "--no-progress"]) == 0
+    assert torch_load(run_dir / "checkpoints" / "last.pt")["round"] == 6
+    assert json.loads((run_dir / "final_metrics.json").read_text())["rounds"] == 6
+
+
+def test_morl_eval_on_a_finished_run(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert morl(["fl", CONFIG, *TINY, "train.rounds=3", "--run-dir", str(run_dir), "--no-progress"]) == 0
+    final = json.loads((run_dir / "final_metrics.json").read_text())
+    capsys.readouterr()
+    assert morl(["eval", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "evaluation of" in out and "round 3" in out and "test_mean:" in out
+    written = json.loads((run_dir / "eval" / "round_000000003.json").read_text())
+    assert written["kind"] == "fl" and written["round"] == 3
+    # the checkpoint's models evaluated again give the run's own last evaluation
+    assert written["headline"] == written["test_mean"] == final["final"]["test_mean"] == final["headline"]
+
+
+@pytest.mark.slow
+def test_flower_engine_steps_one_round_at_a_time_and_resumes_bitwise(tmp_path):
+    # Flower's loop runs in a thread parked between rounds (runners/fl/flower_rounds.py): a stop
+    # after round 2 and a resume (a new Flower simulation) end where the straight run does.
+    # Three Ray start-ups: about 1 min of wall-clock on 2 CPUs.
+    pytest.importorskip("flwr")
+    import torch
+
+    args = ["configs/fl_synthetic_most_flower.yaml", "device=cpu", "data.num_clients=4", "strategy.num_models=2",
+            "train.local_steps=2", "train.rounds=4", "train.eval_every=2", "train.checkpoint_every=10",
+            "strategy.most.warmup_rounds=1", "engine.num_cpus=2"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the ClientApps: the server's reductions round the same in every run
+    try:
+        cfg = lambda: FLExperiment.load_config(str(ROOT / args[0]), args[1:])  # noqa: E731
+        full = start("fl", cfg(), run_dir=tmp_path / "full", progress=False)
+        with pytest.raises(Interrupted):
+            start("fl", cfg(), run_dir=tmp_path / "stopped", progress=False, stop_at=3)
+        assert torch_load(tmp_path / "stopped" / "checkpoints" / "last.pt")["round"] == 3
+        resume(tmp_path / "stopped", progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    _assert_same_run(full, tmp_path / "stopped", 4)
