@@ -55,6 +55,10 @@ CPU_ONLY_READS = frozenset({
     ("morl/aggregators/base.py", "_output_finite"),  # ‖w‖₁ for the output bound
     ("morl/solvers/dual_cone.py", "project_with_free_set"),  # small problems solved in Python
     ("morl/solvers/dual_cone.py", "_start_list"),  # its warm start, as a list
+    ("morl/aggregators/_host.py", "gramian_rows"),  # small CPU Gramians finished in Python floats
+    ("morl/aggregators/_host.py", "eigh_lists"),
+    ("morl/aggregators/_host.py", "as_list"),
+    ("morl/aggregators/_host.py", "weights_tensor"),
     ("morl/solvers/alpha_fair.py", "alpha_fair_solve"),  # early exit of the Newton steps
 })
 

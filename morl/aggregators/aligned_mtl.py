@@ -10,10 +10,13 @@ their mean (``"median"``, ``"rmse"``), and w the preference (1/K, TorchJD).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from morl.aggregators._checks import check_choice
 from morl.aggregators._preference import PreferenceVector
+from morl.aggregators._host import as_list, eigh_lists, gramian_rows, weights_tensor
 from morl.aggregators.base import GramianAggregator
 
 SCALE_MODES = ("min", "median", "rmse")
@@ -49,6 +52,29 @@ def _scale(kept: torch.Tensor, keep: torch.Tensor, mode: str) -> torch.Tensor:
     return torch.where(rank > 0, out, torch.ones_like(out))
 
 
+def _aligned_host(gram: torch.Tensor, w: list[float], scale_mode: str) -> list[float]:
+    """B w (:func:`balance_transformation`) for one small CPU Gramian: one eigh, the rest in
+    Python floats: B w = sqrt(λ_scale) Σ_j v_j (v_jᵀw) / sqrt(λ_j) over the kept λ_j."""
+    k = len(w)
+    lam, vec = eigh_lists(gram)
+    cut = max(lam[-1], 0.0) * k * torch.finfo(gram.dtype).eps
+    kept = [j for j in range(k) if lam[j] > cut]  # ascending, as eigh returns them
+    if not kept:
+        return list(w)  # B = I
+    values = [lam[j] for j in kept]
+    if scale_mode == "min":
+        scale = values[0]
+    elif scale_mode == "median":
+        scale = values[(len(values) - 1) // 2]
+    else:
+        scale = sum(values) / len(values)
+    out = [0.0] * k
+    for j in kept:
+        coef = math.sqrt(scale) / math.sqrt(lam[j]) * sum(vec[i][j] * w[i] for i in range(k))
+        out = [out[i] + vec[i][j] * coef for i in range(k)]
+    return out
+
+
 class AlignedMTL(PreferenceVector, GramianAggregator):
     """Aligned-MTL. Options: ``pref_vector`` (None: 1/K, TorchJD; LibMTL uses 1, i.e. K times
     longer), ``scale_mode`` ∈ {"min", "median", "rmse"} ("min", the paper's Alg. 1).
@@ -61,7 +87,10 @@ class AlignedMTL(PreferenceVector, GramianAggregator):
         self.scale_mode = scale_mode
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        w = self._preference(gram.shape[-1], gram, None).to(torch.float64)
+        w = self._preference(gram.shape[-1], gram, None)
+        if gramian_rows(gram) is not None:  # one small CPU Gramian: in Python floats
+            return weights_tensor(_aligned_host(gram, as_list(w), self.scale_mode), gram)
+        w = w.to(torch.float64)
         return (balance_transformation(gram, self.scale_mode) @ w.unsqueeze(-1)).squeeze(-1).to(gram.dtype)
 
     def __repr__(self) -> str:

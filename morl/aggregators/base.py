@@ -317,3 +317,4 @@ class GramianAggregator(Aggregator):
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
+

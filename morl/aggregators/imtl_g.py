@@ -8,8 +8,11 @@ generalised to dependent rows by Quinton & Rey, arXiv 2406.16232)
 
 from __future__ import annotations
 
+import math
+
 import torch
 
+from morl.aggregators._host import eigh_lists, gramian_rows, weights_tensor
 from morl.aggregators.base import GramianAggregator
 
 #: Σ_k (G⁺n)_k below this fraction of Σ_k |(G⁺n)_k| gives zero weights (no finite normalisation).
@@ -29,12 +32,33 @@ def imtl_g_weights(gram: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, v / torch.where(ok, total, torch.ones_like(total)), torch.zeros_like(v))
 
 
+def _imtl_g_host(gram: torch.Tensor, rows: list[list[float]]) -> list[float]:
+    """:func:`imtl_g_weights` for one small CPU Gramian: one eigh, the rest in Python floats
+    (G⁺n = Σ_j v_j (v_jᵀn) / λ_j over the eigenvalues pinv keeps, |λ_j| > K ε max|λ|)."""
+    k = len(rows)
+    lam, vec = eigh_lists(gram)
+    norms = [math.sqrt(max(rows[i][i], 0.0)) for i in range(k)]
+    cut = k * torch.finfo(gram.dtype).eps * max(abs(x) for x in lam)
+    v = [0.0] * k
+    for j in range(k):
+        if abs(lam[j]) > cut:
+            coef = sum(vec[i][j] * norms[i] for i in range(k)) / lam[j]
+            v = [v[i] + vec[i][j] * coef for i in range(k)]
+    total = sum(v)
+    if not abs(total) > SUM_GUARD * sum(abs(x) for x in v):
+        return [0.0] * k
+    return [x / total for x in v]
+
+
 class IMTLG(GramianAggregator):
     """Impartial MTL, gradient part. No options (as TorchJD). The weights sum to 1 and do not
     depend on the gradients' scale; weights may be negative, so d can conflict with a row.
     All-zero or degenerate input (Σ G⁺n ≈ 0) gives d = 0."""
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
+        rows = gramian_rows(gram)
+        if rows is not None:  # one small CPU Gramian: in Python floats (morl.aggregators._host)
+            return weights_tensor(_imtl_g_host(gram, rows), gram)
         return imtl_g_weights(gram).to(gram.dtype)
 
     def __repr__(self) -> str:

@@ -11,9 +11,12 @@ The resilience proof needs K > 2f + 2 (Proposition 1), which the call enforces f
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from morl.aggregators._checks import check_choice, check_number
+from morl.aggregators._host import gramian_rows, weights_tensor
 from morl.aggregators.base import GramianAggregator
 
 SCORES = ("squared", "distance")
@@ -40,6 +43,9 @@ class Krum(GramianAggregator):
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[0]
         self._check_k(k)
+        rows = gramian_rows(gram)
+        if rows is not None:  # one small CPU Gramian: in Python floats (morl.aggregators._host)
+            return weights_tensor(self._weights_host(rows), gram)
         g = gram.to(torch.float64)
         g = 0.5 * (g + g.T)  # exactly symmetric: mutual nearest neighbours then tie exactly, at any scale
         sq = torch.diagonal(g)
@@ -52,6 +58,20 @@ class Krum(GramianAggregator):
         scores = torch.sort(dist, dim=1).values[:, :near].sum(1)
         best = torch.sort(scores, stable=True).indices[: self.m]
         return torch.zeros(k, dtype=g.dtype, device=g.device).index_fill(0, best, 1.0 / self.m)
+
+    def _weights_host(self, g: list[list[float]]) -> list[float]:
+        """:meth:`weights_from_gramian` for one small CPU Gramian, in Python floats (the same
+        symmetrised distances, scores and stable order of the scores)."""
+        k = len(g)
+        near = max(k - self.n_byzantine - 2, 0)
+        scores = []
+        for i in range(k):
+            dist = [max(g[i][i] + g[j][j] - 2.0 * (0.5 * (g[i][j] + g[j][i])), 0.0) for j in range(k) if j != i]
+            if self.score == "distance":
+                dist = [math.sqrt(x) for x in dist]
+            scores.append(sum(sorted(dist)[:near]))
+        best = sorted(range(k), key=scores.__getitem__)[: self.m]  # stable: ties to the lower index
+        return [1.0 / self.m if i in best else 0.0 for i in range(k)]
 
     def _check_k(self, k: int) -> None:
         f = self.n_byzantine

@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._warm_start import WarmStartSolver
+from morl.aggregators._host import gramian_rows, weights_tensor
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.min_norm import min_norm_2_unguarded, min_norm_solve
+from morl.solvers.min_norm import min_norm_2_host, min_norm_2_unguarded, min_norm_solve
 
 
 class MGDA(WarmStartSolver, GramianAggregator):
@@ -34,7 +35,11 @@ class MGDA(WarmStartSolver, GramianAggregator):
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         if gram.shape[-1] == 2:  # the closed form, without min_norm_solve's bookkeeping
-            w = min_norm_2_unguarded(gram.to(torch.float64)).to(gram.dtype)
+            rows = gramian_rows(gram)
+            if rows is not None:  # one small CPU Gramian: in Python floats (morl.aggregators._host)
+                w = weights_tensor(min_norm_2_host(rows), gram)
+            else:
+                w = min_norm_2_unguarded(gram.to(torch.float64)).to(gram.dtype)
             self._remember(w)
             return w
         w, converged = min_norm_solve(gram, max_iter=self.max_iter, tol=self.tol, init=self._start(gram.shape[-1]), eps_2=0.0)

@@ -16,6 +16,7 @@ import torch
 
 from morl.aggregators._checks import check_choice
 from morl.aggregators._seeded import SeededDraws
+from morl.aggregators._host import gramian_rows, weights_tensor
 from morl.aggregators.base import GramianAggregator
 
 REDUCTIONS = ("mean", "sum")
@@ -40,6 +41,9 @@ class PCGrad(SeededDraws, GramianAggregator):
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[0]
+        if k == 2 and (rows := gramian_rows(gram)) is not None:  # one small CPU Gramian, in Python floats
+            w = _two_tasks_host(rows)
+            return weights_tensor([x / k for x in w] if self.reduction == "mean" else w, gram)
         gram = gram.to(torch.float64)  # the projections subtract nearly equal numbers
         if k == 2:
             w = _two_tasks(gram)
@@ -80,3 +84,10 @@ def _two_tasks(gram: torch.Tensor) -> torch.Tensor:
     sq_norm = torch.diagonal(gram)
     usable = sq_norm > torch.finfo(gram.dtype).tiny
     return 1.0 - gram[0, 1].clamp(max=0.0) * usable / torch.where(usable, sq_norm, torch.ones_like(sq_norm))
+
+
+def _two_tasks_host(gram: list[list[float]]) -> list[float]:
+    """:func:`_two_tasks` for a finite Gramian held as Python floats (float64 arithmetic)."""
+    conflict = min(gram[0][1], 0.0)
+    tiny = torch.finfo(torch.float64).tiny
+    return [1.0 - (conflict / gram[i][i] if gram[i][i] > tiny else 0.0) for i in range(2)]

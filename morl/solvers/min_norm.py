@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from morl.host_reads import reads_are_free
 from morl.solvers.gramian import gram_scale
 from morl.solvers.simplex_descent import fw_gap, minimize_on_simplex
 
@@ -159,6 +160,15 @@ def min_norm_2_unguarded(gram: torch.Tensor) -> torch.Tensor:
     return torch.stack([lam, 1 - lam], dim=-1)
 
 
+def min_norm_2_host(gram: list[list[float]]) -> list[float]:
+    """:func:`min_norm_2_unguarded` for one finite Gramian held as Python floats (the same
+    operations in the same float64 arithmetic, without ~15 tensor ops of dispatch)."""
+    (g11, g12), (_, g22) = gram
+    denom = g11 + g22 - 2 * g12
+    lam = min(max((g22 - g12) / denom, 0.0), 1.0) if denom > 0 else 0.0
+    return [lam, 1 - lam]
+
+
 def kkt_violation(gram_r: torch.Tensor, lam: torch.Tensor, tol: float) -> torch.Tensor:
     """[..., K]: how far each row is from the min-norm KKT condition (G_r λ)_k ≥ λᵀG_rλ, beyond
     ``tol`` relative to the problem's own scale ‖g_k‖‖d‖ (and float64 rounding). > 0 means
@@ -198,7 +208,7 @@ def wolfe_steps(gram_r, g_hat, d, lam, tol: float, rounds: int) -> tuple[torch.T
         entering = torch.zeros_like(support).scatter(-1, enter, True) & adds.unsqueeze(-1)
         support = torch.where(minor.unsqueeze(-1), lam_minor > 0, support | entering)
         done = done | (major & ~adds)
-        if lam.device.type == "cpu" and bool(done.all()):
+        if reads_are_free(lam) and bool(done.all()):
             break
     return lam, done
 
@@ -239,10 +249,10 @@ def min_norm_iterative(work, ridge, max_iter, tol, init) -> tuple[torch.Tensor, 
     # The start is the affine minimiser on its support: optimal when that is every row (the
     # affine minimiser lies in the simplex), else unless a row outside it violates the KKT
     # condition. On CPU (a free flag read) these checks replace Wolfe's confirming round.
-    if lam.device.type == "cpu" and bool((lam > 0).all()):
+    if reads_are_free(lam) and bool((lam > 0).all()):
         return lam, torch.ones(lam.shape[:-1], dtype=torch.bool)
     gram_r = g_hat * (d.unsqueeze(-1) * d.unsqueeze(-2))  # G + ridge·D², the problem solved
-    if lam.device.type == "cpu":
+    if reads_are_free(lam):
         optimal = (kkt_violation(gram_r, lam, tol) <= 0).all(-1)
         if bool(optimal.all()):
             return lam, optimal
@@ -254,7 +264,7 @@ def dropped_negatives_start(g_hat, d) -> torch.Tensor:
     is negative, re-solve. Each round drops ≥ 1 row and Σλ_S = 1 keeps one, so ≤ K rounds;
     when gradients conflict mildly (the common case) the first solve is already the optimum."""
     support = torch.ones(g_hat.shape[:-1], dtype=torch.bool, device=g_hat.device)
-    cpu = g_hat.device.type == "cpu"  # reading a flag is free there
+    cpu = reads_are_free(g_hat)  # reading a flag is free there
     for i in range(g_hat.shape[-1]):
         if i == 0:  # every row: no masking needed
             y, ok = _normalise_weights(torch.linalg.solve(g_hat, 1.0 / d) / d)
