@@ -27,6 +27,7 @@ import torch
 from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators._warm_start import WarmStartSolver
 from morl.aggregators.base import GramianAggregator
+from morl.host_reads import reads_are_free
 from morl.solvers.gramian import gram_scale
 from morl.solvers.min_norm import ENUMERATE_MAX_K, RIDGE, equilibrate, restricted, ridge_for, support_masks
 from morl.solvers.simplex_descent import fw_gap, minimize_on_simplex
@@ -77,7 +78,7 @@ def cagrad_dual_solve(
     if init is None:  # the active-set start is often already optimal: then no FISTA at all
         w_as = _dropped_negatives_start(g, b, r, RIDGE)  # float64-tight: the gap check decides
         done_as = fw_gap(w_as, _exact_gradient(g, b, r, w_as)) <= tol * scale
-        if g.device.type == "cpu" and bool(done_as.all()):  # reading a flag is free on CPU
+        if reads_are_free(g) and bool(done_as.all()):  # reading a flag is free on CPU
             return primal_weights(g, b, r, w_as, c, gram.dtype), w_as, done_as
     # Not from w_as: where FISTA stops at max_iter, a start that depends on the support found
     # would make the answer jump with rounding (d(aJ) ≠ a·d(J) on ill-conditioned Gramians).
@@ -116,7 +117,7 @@ def _dropped_negatives_start(g, b, r, ridge) -> torch.Tensor:
         w_raw, _ = _stationary_on(g, b, r, support.unsqueeze(-2), ridge)
         negative = (support > 0) & (w_raw.squeeze(-2) < 0)
         support = torch.where(negative, torch.zeros_like(support), support)
-        if g.device.type != "cpu" or not bool(negative.any()):
+        if not reads_are_free(g) or not bool(negative.any()):
             break
     w, feasible = _support_candidates(g, b, r, support.unsqueeze(-2), ridge)
     uniform = torch.full_like(b, 1.0 / b.shape[-1])

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from morl.host_reads import reads_are_free
 from morl.solvers.gramian import gram_scale
 from morl.solvers.min_norm import ZERO_ROW, ridge_for
 
@@ -104,7 +105,7 @@ def alpha_fair_solve(
     steps = torch.cat([torch.exp2(powers), powers.new_zeros(1)])
     for _ in range(max_iter):
         w = _ray_rescale(gram_r, _newton_step(gram_r, w, a, steps), a)
-        if w.device.type == "cpu" and bool(((_residual(gram_r, w, a) <= tol) | _stationary(ridge, w, a)).all()):
+        if reads_are_free(w) and bool(((_residual(gram_r, w, a) <= tol) | _stationary(ridge, w, a)).all()):
             break
     stationary = _stationary(ridge, w, a)
     # At a stationary point w ~ ρ^(−a/(a+1)) and G_r w is a difference of nearly equal terms:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from morl.host_reads import reads_are_free
+
 
 def gram_scale(gram: torch.Tensor) -> torch.Tensor:
     """Largest diagonal entry of ``gram`` ([..., K, K]) as ``[..., 1, 1]``; 1 where it is 0 or tiny.
@@ -34,7 +36,7 @@ def gramian_and_top(grads: torch.Tensor) -> tuple[torch.Tensor, float | None]:
     as a float (read anyway for the range check, so callers normalising by it skip
     :func:`gram_scale`'s reductions); None otherwise (batched, not CPU, or rescaled)."""
     gram = _product(grads)
-    if grads.device.type != "cpu":
+    if not reads_are_free(grads):
         return gram, None
     top = float(torch.diagonal(gram, dim1=-2, dim2=-1).amax())  # free on CPU
     info = torch.finfo(gram.dtype)

@@ -23,6 +23,7 @@ from typing import Callable
 
 import torch
 
+from morl.host_reads import reads_are_free
 from morl.solvers.simplex import project_simplex
 
 GROW = 1.2
@@ -89,6 +90,6 @@ def minimize_on_simplex(
             stalled = f_window - fx <= STALL * (f_window.abs() + 1e-300)
             done = done | (stalled & stalled_once)
             stalled_once, f_window = stalled, fx
-            if x.device.type == "cpu" and bool(done.all()):
+            if reads_are_free(x) and bool(done.all()):
                 break
     return (x, done) if return_converged else x
