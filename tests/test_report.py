@@ -158,6 +158,19 @@ def test_collect_reads_a_supervised_run_by_its_config_keys(tmp_path):
     assert run.tasks == ["digit", "parity"] and run.final.tolist() == [0.9, 0.95] and run.curve[:, 0].tolist() == [0.8, 0.9]
 
 
+def test_collect_puts_forum_records_on_the_percent_scale_of_its_final_metrics(tmp_path):
+    run_dir = tmp_path / "forum"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("name: f\nseed: 1\nproblem: mtl\nforum: {rho: 0.1}\n")
+    records = [{"step": k, "time": 0, "kind": "eval", "test": {"a/accuracy": acc, "b/accuracy": 0.5}} for k, acc in ((20, 0.75), (40, 0.25))]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run_dir / "final_metrics.json").write_text(json.dumps({"forum": {"a/accuracy": 25.0, "b/accuracy": 50.0, "a/loss": 1.0},
+                                                             "equal_weights": {"a/accuracy": 90.0, "b/accuracy": 90.0}}))
+    (run,), _, _ = collect([run_dir])
+    assert (run.kind, run.label, run.metric.name, run.metric.best) == ("forum", "mtl", "test/accuracy", 100.0)
+    assert run.final.tolist() == [25.0, 50.0] and run.curve.tolist() == [[75.0, 50.0], [25.0, 50.0]]
+
+
 # -- the command end to end ----------------------------------------------------------------
 
 

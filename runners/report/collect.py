@@ -169,6 +169,7 @@ def read_run(source: Source, metric_name: str | None, group_by: list[str] | None
     tasks = list((final or rows[-1]).keys())
     curve = np.array([[row.get(t, np.nan) for t in tasks] for row in rows]).reshape(len(rows), len(tasks))
     last = np.array([final.get(t, np.nan) for t in tasks]) if final is not None else curve[-1]
+    curve = _same_scale(curve, last)
     flat = flatten(cfg)
     return Run(
         path=path, name=name, kind=kind, label=_label(flat, source.group, group_by, name), seed=_seed(flat, source.seed),
@@ -186,6 +187,14 @@ def _curve(records: list[dict[str, Any]], metric: str) -> tuple[list[int], list[
             by_step[int(record["step"])] = found  # a step logged twice (a resumed run): the later line wins
     steps = sorted(by_step)
     return steps, [by_step[s] for s in steps]
+
+
+def _same_scale(curve: np.ndarray, final: np.ndarray) -> np.ndarray:
+    """The curve in the final value's scale: FORUM logs accuracies as fractions in its records
+    but in percent in final_metrics.json, and best-over-training compares the two."""
+    if curve.size and np.any(curve[-1] != 0) and np.allclose(100 * curve[-1], final, rtol=1e-5, equal_nan=True):
+        return 100 * curve
+    return curve
 
 
 def _missing(name, metric, asked, records, final_record) -> str:

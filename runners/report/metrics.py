@@ -91,11 +91,11 @@ def _columns(value: Any) -> dict[str, float] | None:
         out = {str(k): v for k, v in value.items() if k != "mean"}
     elif isinstance(value, list):
         out = {str(i): v for i, v in enumerate(value)}
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif _is_number(value):
         out = {ALL_TASKS: value}
     else:
         return None
-    if not out or not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in out.values()):
+    if not out or not all(v is None or _is_number(v) for v in out.values()):
         return None
     return {k: (float("nan") if v is None else float(v)) for k, v in out.items()}
 
@@ -106,7 +106,7 @@ def names_in(record: dict[str, Any], prefix: str = "") -> list[str]:
     for key, value in record.items():
         if key in ("step", "time", "kind", "epoch"):
             continue
-        if isinstance(value, dict) and value and all(isinstance(v, (int, float)) or v is None for v in value.values()):
+        if isinstance(value, dict) and value and all(_is_number(v) or v is None for v in value.values()):
             if any("/" in k for k in value) and not prefix:
                 out.extend(sorted({f"{key}/{k.rsplit('/', 1)[-1]}" for k in value if "/" in k}))
                 out.extend(f"{key}/{k}" for k in value if "/" not in k)
@@ -114,6 +114,10 @@ def names_in(record: dict[str, Any], prefix: str = "") -> list[str]:
                 out.append(prefix + key)
         elif isinstance(value, dict) and not prefix:
             out.extend(names_in(value, key + "/"))
-        elif isinstance(value, (int, float, list)) and not isinstance(value, bool):
+        elif _is_number(value) or isinstance(value, list):
             out.append(prefix + key)
     return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
