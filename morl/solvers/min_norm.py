@@ -160,6 +160,15 @@ def min_norm_2_unguarded(gram: torch.Tensor) -> torch.Tensor:
     return torch.stack([lam, 1 - lam], dim=-1)
 
 
+def min_norm_2_host(gram: list[list[float]]) -> list[float]:
+    """:func:`min_norm_2_unguarded` for one finite Gramian held as Python floats (the same
+    operations in the same float64 arithmetic, without ~15 tensor ops of dispatch)."""
+    (g11, g12), (_, g22) = gram
+    denom = g11 + g22 - 2 * g12
+    lam = min(max((g22 - g12) / denom, 0.0), 1.0) if denom > 0 else 0.0
+    return [lam, 1 - lam]
+
+
 def kkt_violation(gram_r: torch.Tensor, lam: torch.Tensor, tol: float) -> torch.Tensor:
     """[..., K]: how far each row is from the min-norm KKT condition (G_r λ)_k ≥ λᵀG_rλ, beyond
     ``tol`` relative to the problem's own scale ‖g_k‖‖d‖ (and float64 rounding). > 0 means
