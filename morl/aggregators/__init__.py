@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
-import inspect
-
+from morl import registry
 from morl.aggregators.base import Aggregator, GramianAggregator
 
-# name -> "module:Class". Modules are imported on first use so one broken method never
-# stops the others from loading.
+# name -> "module:Class" (morl/registry.py): imported on first use.
 REGISTRY: dict[str, str] = {
     "mean": "morl.aggregators.mean:Mean",
     "mgda": "morl.aggregators.mgda:MGDA",
@@ -43,24 +40,16 @@ REGISTRY: dict[str, str] = {
 
 def available() -> list[str]:
     """Names accepted by :func:`build`."""
-    return sorted(REGISTRY)
+    return registry.available(REGISTRY)
 
 
 def aggregator_class(name: str) -> type[Aggregator]:
-    if name not in REGISTRY:
-        raise ValueError(f"unknown aggregator {name!r}; valid names: {', '.join(available())}")
-    module, cls = REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return registry.resolve(REGISTRY, name, "aggregator")
 
 
 def options_of(name: str) -> dict[str, object]:
     """The options ``build(name, ...)`` accepts, with their defaults."""
-    sig = inspect.signature(aggregator_class(name).__init__)
-    return {
-        p.name: (None if p.default is inspect.Parameter.empty else p.default)
-        for p in list(sig.parameters.values())[1:]
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    }
+    return registry.options_of(aggregator_class(name))
 
 
 def build(name: str, **options) -> Aggregator:
@@ -69,28 +58,14 @@ def build(name: str, **options) -> Aggregator:
     Raises ``ValueError`` naming the valid names (unknown ``name``) or the valid options
     (unknown option), so a typo in a config fails loudly instead of being ignored.
     """
-    cls = aggregator_class(name)
-    valid = options_of(name)
-    unknown = sorted(set(options) - set(valid))
-    if unknown:
-        raise ValueError(
-            f"unknown option(s) {', '.join(unknown)} for aggregator {name!r}; valid options: {', '.join(sorted(valid)) or 'none'}"
-        )
-    return cls(**options)
+    return registry.build(REGISTRY, name, "aggregator", **options)
 
 
 def __getattr__(name: str):
     # The public classes, importable as ``from morl.aggregators import MGDA`` and imported on
     # first use like the registry's names.
-    for target in REGISTRY.values():
-        module, cls = target.split(":")
-        if cls == name:
-            return getattr(importlib.import_module(module), cls)
-    raise AttributeError(f"module 'morl.aggregators' has no attribute {name!r}")
+    return registry.lazy_class(REGISTRY, name, __name__)
 
 
-def _class_names() -> list[str]:
-    return sorted({target.split(":")[1] for target in REGISTRY.values()})
-
-
-__all__ = ["Aggregator", "GramianAggregator", "REGISTRY", "available", "aggregator_class", "options_of", "build", *_class_names()]
+__all__ = ["Aggregator", "GramianAggregator", "REGISTRY", "available", "aggregator_class", "options_of", "build",
+           *registry.class_names(REGISTRY)]

@@ -1,4 +1,4 @@
-"""The kinds of run, defined once: name -> the module and class implementing it.
+"""The kinds of run, defined once: name -> "module:Class" implementing it (morl/registry.py).
 
 ``morl resume`` and ``morl eval`` read the kind from ``run.json``; run directories written
 before run.json existed are recognised by the top-level config keys only their kind has.
@@ -6,7 +6,6 @@ before run.json existed are recognised by the top-level config keys only their k
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from morl.runners.errors import UserError
@@ -29,10 +28,12 @@ _LEGACY_KEYS = (
 
 
 def experiment_class(kind: str):
-    if kind not in KINDS:
-        raise UserError(f"unknown kind of run {kind!r}; known kinds: {', '.join(KINDS)}")
-    module, _, name = KINDS[kind].partition(":")
-    return getattr(importlib.import_module(module), name)
+    from morl import registry
+
+    try:
+        return registry.resolve(KINDS, kind, "kind of run")
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def kind_of(run_dir: str | Path) -> str:
