@@ -286,7 +286,7 @@ def test_hypercleaning_beats_plain_training_on_noisy_labels():
 
 # -- the runner -----------------------------------------------------------------------------------
 def _forum_cli(argv):
-    from morl.runners.forum import run as forum
+    from morl.runners.forum import command as forum
 
     parser = argparse.ArgumentParser()
     forum.add_arguments(parser)
@@ -313,7 +313,8 @@ def test_runner_small_run(tmp_path, config):
     final = json.loads((run_dir / "final_metrics.json").read_text())
     assert "forum" in final and len(final) >= 2
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["step"] for line in lines] == [2, 4]
+    assert [(json.loads(line)["kind"], json.loads(line)["step"]) for line in lines] == [
+        ("train", 2), ("eval", 2), ("train", 4), ("eval", 4)]
     assert (run_dir / "checkpoints" / "last.pt").is_file() and (run_dir / "config.yaml").is_file()
     assert any(p.name.startswith("events.out.tfevents") for p in (run_dir / "tb").iterdir())
 
@@ -321,5 +322,5 @@ def test_runner_small_run(tmp_path, config):
 def test_runner_is_registered():
     from morl.runners.cli import SUBCOMMANDS
 
-    assert SUBCOMMANDS["forum"][0] == "morl.runners.forum.run"
+    assert SUBCOMMANDS["forum"][0] == "morl.runners.forum.command"
 

@@ -56,7 +56,9 @@ class ForumRunConfig:
     seed: int = 0
     device: str = "cpu"
     iterations: int = 1200  # K upper-level iterations
-    eval_every: int = 100
+    eval_every: int = 100  # log the FORUM diagnostics and evaluate every N iterations (and at the end)
+    checkpoint_every: int = 100  # write checkpoints/last.pt every N iterations (and at the end)
+    checkpoint_minutes: float | None = 15.0  # also once this much wall-clock time passed; null: by count only
     out_dir: str = "runs"
     forum: SolverConfig = field(default_factory=SolverConfig)
     hypercleaning: HyperCleaningConfig = field(default_factory=HyperCleaningConfig)

@@ -1,0 +1,184 @@
+"""FORUM (``morl forum``) as an experiment of the shell: data hyper-cleaning or multi-task loss
+weights (Ye et al., ECAI 2024, arXiv:2401.09257, Algorithm 1).
+
+``step()`` is one FORUM iteration (inner loop -> ∇q̃ -> per-objective gradients -> λ QP ->
+momentum -> step) of the problem (``hypercleaning.py`` or ``loss_weights.py``); every
+``eval_every`` iterations the FORUM diagnostics are logged and the model is evaluated. The
+baselines are trained at the end, inside ``final_metrics()``: a run stopped during them has its
+last checkpoint at the last iteration, and ``morl resume`` trains them again.
+
+Headline: FORUM's mean test accuracy in % (hyper-cleaning: over the datasets; loss weights: over
+the tasks, or their mean test MSE when no task is a classification).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from morl.runners.divergence import Diverged
+from morl.runners.errors import UserError
+from morl.runners.forum.config import ForumRunConfig
+from morl.runners.shell.experiment import Experiment, Schedule
+
+CHECKPOINT_FORMAT = 1
+
+
+class ForumExperiment(Experiment):
+    kind = "forum"
+    command = "forum"
+    unit = "iteration"
+    resume_keys = ("iterations", "eval_every", "checkpoint_every", "checkpoint_minutes", "device")
+    device_key = "device"
+    config_class = ForumRunConfig
+    checkpoint_format = CHECKPOINT_FORMAT
+
+    @classmethod
+    def validate(cls, cfg: ForumRunConfig) -> None:
+        for key in ("iterations", "eval_every", "checkpoint_every"):
+            if getattr(cfg, key) < 1:
+                raise UserError(f"{key} must be >= 1, got {getattr(cfg, key)}")
+        if cfg.checkpoint_minutes is not None and not cfg.checkpoint_minutes > 0:
+            raise UserError(f"checkpoint_minutes must be > 0 or null, got {cfg.checkpoint_minutes}")
+        f = cfg.forum
+        if f.inner_steps < 1:
+            raise UserError(f"forum.inner_steps must be >= 1, got {f.inner_steps}")
+        for key, value in (("forum.inner_lr", f.inner_lr), ("hypercleaning.alpha_lr", cfg.hypercleaning.alpha_lr),
+                           ("hypercleaning.omega_lr", cfg.hypercleaning.omega_lr), ("mtl.alpha_lr", cfg.mtl.alpha_lr),
+                           ("mtl.lr", cfg.mtl.lr), ("mtl.batch_size", cfg.mtl.batch_size)):  # fmt: skip
+            if not value > 0:
+                raise UserError(f"{key} must be > 0, got {value}")
+        if f.rho < 0 or f.beta_power < 0:
+            raise UserError(f"forum.rho and forum.beta_power must be >= 0, got {f.rho} and {f.beta_power}")
+        hc = cfg.hypercleaning
+        if not 1 <= hc.datasets <= 4:
+            raise UserError(f"hypercleaning.datasets must be between 1 and 4, got {hc.datasets}")
+        if not 0 <= hc.noise < 1:
+            raise UserError(f"hypercleaning.noise must be in [0, 1), got {hc.noise}")
+        if hc.batch_size is not None and hc.batch_size < 1:
+            raise UserError(f"hypercleaning.batch_size must be >= 1 or null, got {hc.batch_size}")
+        if any(h < 1 for h in hc.hidden + cfg.mtl.hidden):
+            raise UserError("hidden layer widths must be >= 1")
+
+    def __init__(self, cfg: ForumRunConfig, *, for_evaluation: bool = False) -> None:
+        from morl.runners.device import resolve_device
+        from morl.runners.forum.hypercleaning import HyperCleaningProblem
+        from morl.runners.forum.loss_weights import LossWeightProblem
+
+        self.cfg = cfg
+        self.device = self.map_location = resolve_device(cfg.device)
+        torch.manual_seed(cfg.seed)
+        problem = HyperCleaningProblem if cfg.problem == "hypercleaning" else LossWeightProblem
+        self.problem = problem(cfg, self.device)
+        # Seeded after the build: a first import of the data libraries draws from Python's generator.
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed % 2**32)
+        self.iteration = 0
+        self.diag: dict[str, torch.Tensor] | None = None
+        self.saved: int | None = None  # iteration of the checkpoint on disk
+        self.clock = (time.perf_counter(), 0)  # (time, iteration) at the last log point
+
+    @property
+    def position(self) -> int:
+        return self.iteration
+
+    @property
+    def name(self) -> str:
+        return self.cfg.name
+
+    @property
+    def out_dir(self) -> str:
+        return self.cfg.out_dir
+
+    @property
+    def schedule(self) -> Schedule:
+        cfg = self.cfg
+        return Schedule(cfg.iterations, cfg.eval_every, cfg.eval_every, cfg.checkpoint_every, cfg.checkpoint_minutes)
+
+    # ----- the work -----------------------------------------------------------------------
+    def step(self) -> None:
+        try:
+            self.diag = self.problem.step(self.iteration + 1)
+        except ValueError as exc:
+            if "not finite" not in str(exc):
+                raise
+            raise self._diverged(str(exc)) from None  # raised before the step: the state is the last iteration's
+        self.iteration += 1
+
+    def _diverged(self, what: str) -> Diverged:
+        from morl.runners.divergence import advice
+        from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
+
+        checkpoint = Path(self.run_dir or ".") / CHECKPOINT_DIR / LAST_CHECKPOINT
+        where = ("no checkpoint was written before it" if self.saved is None
+                 else f"last good checkpoint {checkpoint} (iteration {self.saved})")
+        tip = advice(self.problem.learning_rates, None)
+        return Diverged(f"training diverged at iteration {self.iteration + 1}/{self.cfg.iterations}: {what}; {where}; {tip}")
+
+    def log_metrics(self) -> dict[str, Any]:
+        """The FORUM diagnostics of the last iteration (Algorithm 1's q̃, ν, λ̃, barrier, KKT)."""
+        diag, names = self.diag, self.problem.names
+        now = time.perf_counter()
+        out: dict[str, Any] = {
+            "forum/upper_loss": {**_per_name(diag["upper"], names), "mean": diag["upper"].double().mean()},
+            "forum/lambda_tilde": _per_name(diag["lam_tilde"], names),
+            "forum/lambda": _per_name(diag["lam"], names),
+            **{f"forum/{key}": diag[key] for key in ("lower", "q_tilde", "constraint_grad_norm", "nu", "barrier", "kkt", "beta")},
+            **self.problem.diagnostics(diag),
+            "perf/seconds_per_iteration": (now - self.clock[0]) / max(self.iteration - self.clock[1], 1),
+        }
+        self.clock = (now, self.iteration)
+        return out
+
+    def evaluate(self, **options: Any) -> dict[str, Any]:
+        return self.problem.evaluate()
+
+    def summary(self, metrics: dict[str, Any]) -> str:
+        if "forum" in metrics:  # final_metrics.json
+            return "; ".join(f"{method}: " + ", ".join(f"{k}={v:.2f}" for k, v in values.items() if isinstance(v, float))
+                             for method, values in metrics.items() if isinstance(values, dict))
+        if "headline" not in metrics or self.diag is None:
+            return ""
+        return self.problem.summary(metrics, self.diag)
+
+    def final_metrics(self) -> dict[str, Any]:
+        """FORUM's test metrics, then the baselines trained on the same data (deterministic: a
+        resume that trains them again gets the same numbers)."""
+        final = {"forum": self.problem.final_metrics()}
+        if self.problem.has_baselines:
+            print("morl forum: training the baselines on the same data ...", flush=True)
+            final.update(self.problem.baselines())
+        return final
+
+    # ----- checkpoints --------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        from morl.runners.config import to_dict
+
+        self.saved = self.iteration
+        rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return {"format": CHECKPOINT_FORMAT, "config": to_dict(self.cfg), "iteration": self.iteration,
+                "problem": self.problem.state_dict(), "rng": rng}
+
+    def load_state_dict(self, state: dict[str, Any], *, for_evaluation: bool = False) -> None:
+        self.problem.load_state_dict(state["problem"])
+        self.iteration = self.saved = int(state["iteration"])
+        self.clock = (time.perf_counter(), self.iteration)
+        if for_evaluation:
+            return
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"].cpu())
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        if "cuda" in rng and self.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"].cpu(), self.device)
+
+
+def _per_name(values: torch.Tensor, names: list[str]) -> dict[str, float]:
+    return dict(zip(names, values.detach().double().cpu().tolist()))
