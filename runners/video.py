@@ -60,16 +60,18 @@ def record_videos(
     paths = []
     for task, task_episodes in rendered.items():
         frames = np.concatenate([e.frames for e in task_episodes])
-        paths.append(write_video(out_dir / task, frames, fps))
+        gif = gif_bytes(frames, fps) if writer is not None or not mp4_available() else None  # encoded once
+        paths.append(write_video(out_dir / task, frames, fps, gif))
         if writer is not None:
-            add_gif(writer, f"eval/video/{task}", frames, fps, step)
+            add_gif(writer, f"eval/video/{task}", frames.shape, gif, step)
     if writer is not None:
         writer.flush()
     return paths
 
 
-def write_video(stem: Path, frames: np.ndarray, fps: int) -> Path:
-    """``stem.mp4`` (imageio-ffmpeg, H.264) or ``stem.gif``; written whole or not at all."""
+def write_video(stem: Path, frames: np.ndarray, fps: int, gif: bytes | None = None) -> Path:
+    """``stem.mp4`` (imageio-ffmpeg, H.264) or ``stem.gif`` (``gif``: its bytes, if already encoded);
+    written whole or not at all."""
     suffix = ".mp4" if mp4_available() else ".gif"
     path = stem.with_suffix(suffix)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
@@ -80,7 +82,7 @@ def write_video(stem: Path, frames: np.ndarray, fps: int) -> Path:
 
             imageio.mimwrite(tmp, list(frames), fps=fps, codec="libx264", macro_block_size=16)
         else:
-            Path(tmp).write_bytes(gif_bytes(frames, fps))
+            Path(tmp).write_bytes(gif if gif is not None else gif_bytes(frames, fps))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -102,12 +104,13 @@ def gif_bytes(frames: np.ndarray, fps: int) -> bytes:
     return buffer.getvalue()
 
 
-def add_gif(writer, tag: str, frames: np.ndarray, fps: int, step: int) -> None:
-    """What ``SummaryWriter.add_video`` logs (an animated GIF as an image summary), without moviepy."""
+def add_gif(writer, tag: str, shape: tuple[int, ...], gif: bytes, step: int) -> None:
+    """What ``SummaryWriter.add_video`` logs (an animated GIF of frames ``shape`` = ``[T, H, W, C]``
+    as an image summary), without moviepy."""
     from tensorboard.compat.proto.summary_pb2 import Summary
 
-    t, h, w, c = frames.shape
-    image = Summary.Image(height=h, width=w, colorspace=c, encoded_image_string=gif_bytes(frames, fps))
+    _, h, w, c = shape
+    image = Summary.Image(height=h, width=w, colorspace=c, encoded_image_string=gif)
     # SummaryWriter has no public call for a prebuilt summary; add_video itself goes through this one.
     writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
 
