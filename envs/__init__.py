@@ -6,11 +6,10 @@
 
 from __future__ import annotations
 
+from morl.envs.choices import NORMALIZATION_CHOICES, PROTOCOLS
 from morl.envs.evaluation import default_eval_episodes, evaluate_policy
-from morl.envs.reward_normalization import NORMALIZATION_CHOICES, RewardNormalizer
+from morl.envs.reward_normalization import RewardNormalizer
 from morl.envs.vector import MultiTaskVecEnv
-
-PROTOCOLS = ("mtrl", "metaworld_v3")
 
 
 def available_envs() -> list[str]:

@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from morl.envs.choices import REWARD_FUNCTION_VERSIONS
 from morl.envs.vector import MultiTaskVecEnv
 
 PROTOCOL_EPISODE_STEPS = {"mtrl": 150, "metaworld_v3": 500}
 # Meta-World 3 keeps both reward functions on every v3 task: "v1" is the original paper's (the
 # reward mtrl/CAGrad/MoCo trained on, v1 tasks), "v2" the reworked one (Meta-World+'s default).
-REWARD_FUNCTION_VERSIONS = ("v1", "v2")
 # Offsets that keep the seed streams of training goals, evaluation goals and mtrl's fixed goals apart.
 _TRAIN_STREAM, _EVAL_STREAM, _FIXED_GOAL_STREAM = 0, 1, 2
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-NORMALIZATION_CHOICES = ("none", "exponential", "running")
+from morl.envs.choices import NORMALIZATION_CHOICES
+
 _EPS = 1e-8  # garage's / mtrl's guard against a zero spread
 
 

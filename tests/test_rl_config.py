@@ -26,7 +26,15 @@ MT10_CONFIGS = {
 
 
 def test_every_mt10_config_is_checked():
-    assert sorted(p.name for p in CONFIGS.glob("mt10_*.yaml")) == sorted(MT10_CONFIGS)
+    recipes = sorted(p.name for p in CONFIGS.glob("mt10_*.yaml") if p.name != "mt10_cpu.yaml")
+    assert recipes == sorted(MT10_CONFIGS)
+
+
+def test_the_cpu_recipe_is_mt10_with_a_smaller_learner_on_the_cpu():
+    cfg = load_rl_config(CONFIGS / "mt10_cpu.yaml")
+    assert (cfg.env.name, cfg.env.protocol, cfg.run.device) == ("mt10", "mtrl", "cpu")
+    assert sum(cfg.agent.hidden_sizes) < 1200 and cfg.agent.batch_size < 1280  # the seeds' 3x400, 1280
+    assert cfg.run.checkpoint_minutes is not None and cfg.run.eval_episodes > 1
 
 
 @pytest.mark.parametrize("name", sorted(MT10_CONFIGS))

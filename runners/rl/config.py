@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from morl.agents.rl.mtsac import MTSACConfig
+from morl.envs.choices import Protocol, RewardFunctionVersion, RewardNormalization
 from morl.runners.config import load_config, to_dict
 from morl.runners.errors import UserError
 
@@ -23,12 +24,12 @@ class EnvConfig:
     """Arguments of ``envs.make_env`` (see docs/environments.md)."""
 
     name: str = "mt10"
-    protocol: Literal["mtrl", "metaworld_v3"] = "mtrl"
+    protocol: Protocol = "mtrl"
     max_episode_steps: int | None = None
     num_tasks: int | None = None
     envs_per_task: int = 1
-    reward_function_version: Literal["v1", "v2"] = "v2"  # Meta-World's reward; v1: mtrl/CAGrad's MT10 runs
-    reward_normalization: Literal["none", "exponential", "running"] = "none"  # exponential: mtrl's wrapper
+    reward_function_version: RewardFunctionVersion = "v2"  # Meta-World's reward; v1: mtrl/CAGrad's MT10 runs
+    reward_normalization: RewardNormalization = "none"  # exponential: mtrl's wrapper
 
 
 def env_kwargs(env: EnvConfig) -> dict[str, Any]:
