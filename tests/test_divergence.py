@@ -163,9 +163,11 @@ def test_supervised_huge_lr_stops_with_one_line(tmp_path, capsys):
     last = run_dir / "checkpoints" / "last.pt"
     assert "at epoch 2/5" in line and "max_nonfinite_updates=40" in line and "optim.lr" in line
     assert f"({last}, epoch 1, was written after the divergence began)" in line
-    assert "epoch 1: warning: 33 of the last 34 updates were non-finite" in captured.out
+    assert "epoch 1: warning: 33 of the last 34 updates were non-finite" in captured.err
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["epoch"], r["skipped_nonfinite_updates"]) for r in records] == [(1, 33)]  # none at the stop
+    # the stop comes at epoch 2's log point, after its train record and before its evaluation
+    train = [(r["step"], r["train/skipped_nonfinite_updates"]) for r in records if r["kind"] == "train"]
+    assert train == [(1, 33), (2, 67)] and [r["step"] for r in records if r["kind"] == "eval"] == [1]
     state = torch.load(last, weights_only=False)
     assert state["epoch"] == 1 and _all_finite(state["adapter"]["model"]) and _all_finite(state["adapter"]["optimizer"])
 
