@@ -231,6 +231,8 @@ def test_report_notes_unfinished_and_single_runs(tmp_path, capsys):
 @pytest.mark.parametrize("make, argv, message", [
     (lambda p: None, ["{p}/missing"], "does not exist"),
     (lambda p: (p / "empty").mkdir(), ["{p}/empty"], "is not a run directory (no config.yaml) nor a sweep directory"),
+    (lambda p: (p / "bad").mkdir() or (p / "bad" / "config.yaml").write_text("a: [1,"), ["{p}/bad"], "config.yaml' is not valid YAML"),
+    (lambda p: (p / "sweep").mkdir() or (p / "sweep" / "manifest.json").write_text("{}"), ["{p}/sweep"], "has no list 'cells'"),
     (lambda p: write_rl_run(p / "run", "mgda", 0, np.zeros((3, 4))), ["{p}/run", "--metric", "eval/sucess"], "has no metric 'eval/sucess'; its records offer: "),
     (lambda p: write_rl_run(p / "run", "mgda", 0, np.zeros((3, 4))), ["{p}/run", "--reps", "5"], "--reps 5: give between 100"),
     (lambda p: write_rl_run(p / "run", "mgda", 0, np.zeros((3, 4))), ["{p}/run", "--group-by", "agent.lr"], "--group-by agent.lr: not a key"),

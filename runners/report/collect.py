@@ -155,7 +155,12 @@ def read_run(source: Source, metric_name: str | None, group_by: list[str] | None
     from morl.runners.shell.run_info import read_run_info
 
     path = source.path
-    cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
+    try:
+        cfg = yaml.safe_load((path / "config.yaml").read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"{str(path / 'config.yaml')!r} is not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(cfg, dict):
+        raise UserError(f"{str(path / 'config.yaml')!r} does not hold a mapping of config keys")
     info = read_run_info(path) or {}
     kind = kind_of(path)  # run.json, else the config keys only each kind has
     records = read_records(path / "metrics.jsonl")
