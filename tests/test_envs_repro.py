@@ -134,3 +134,12 @@ def test_normalisation_choices():
         make_env("point_mass", seed=0, reward_normalization="welford")
     assert make_env("point_mass", seed=0, reward_normalization="running", eval=True).reward_normalizer is None
     assert make_env("point_mass", seed=0).reward_normalizer is None
+
+
+def test_the_rl_config_env_options_reach_the_environments():
+    from morl.runners.rl.config import load_rl_config
+    from morl.runners.rl.session import make_envs
+
+    cfg = load_rl_config(None, ["env.name=point_mass", "env.reward_normalization=running"])
+    train_env, eval_env = make_envs(cfg)
+    assert train_env.reward_normalizer.method == "running" and eval_env.reward_normalizer is None
