@@ -118,3 +118,18 @@ def test_resume_refuses_a_learner_key_and_eval_reads_the_run(tmp_path, capsys):
     assert morl(["resume", str(run), "iterations=8"]) == 0  # a finished run continues when lengthened
     assert torch_load(run / "checkpoints" / "last.pt")["iteration"] == 8
     assert status(run) == "finished"
+
+
+def test_a_non_finite_direction_stops_with_exit_3_and_names_the_last_good_checkpoint(tmp_path, capsys):
+    # omega_lr=1e30: the first step throws the model's weights to ±1e30 or beyond, and the
+    # second iteration's gradients are no longer finite; no step is taken with them (iteration 2 for
+    # seeds 0-3 alike).
+    run = tmp_path / "run"
+    with pytest.raises(SystemExit) as stop:
+        morl(["forum", HYPER, *TINY[HYPER], "hypercleaning.omega_lr=1e30", "iterations=20", "checkpoint_every=1",
+              "--run-dir", str(run), "--no-progress"])
+    assert stop.value.code == 3
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("morl: error:")]
+    assert "diverged at iteration 2/20" in line and "not finite" in line and "hypercleaning.omega_lr" in line
+    assert f"last good checkpoint {run / 'checkpoints' / 'last.pt'} (iteration 1)" in line
+    assert status(run) == "diverged" and torch_load(run / "checkpoints" / "last.pt")["iteration"] == 1
