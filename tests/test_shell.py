@@ -130,3 +130,15 @@ def test_legacy_run_directories_are_recognised_by_their_config_keys(tmp_path):
         run_dir.mkdir()
         (run_dir / "config.yaml").write_text("".join(f"{k}: 1\n" for k in keys))
         assert kinds.kind_of(run_dir) == kind
+
+
+def test_metrics_are_read_back_at_any_depth_and_ints_stay_ints():
+    import numpy as np
+    import torch
+
+    from morl.runners.shell.metrics import resolve
+
+    out = resolve({"a": torch.tensor(0.5), "b": {"c": {"d": torch.tensor([1.0, 2.0])}}, "n": 3, "flag": True,
+                   "e": np.float32(0.25), "f": [torch.tensor(1.0), torch.tensor(2.0)], "s": "x"})
+    assert out == {"a": 0.5, "b": {"c": {"d": [1.0, 2.0]}}, "n": 3, "flag": True, "e": 0.25, "f": [1.0, 2.0], "s": "x"}
+    assert type(out["n"]) is int and type(out["a"]) is float

@@ -16,27 +16,34 @@ def _floats(value: Any) -> float | list[float]:
     return float(arr[0]) if arr.size == 1 else [float(x) for x in arr]
 
 
-def resolve(metrics: dict[str, Any]) -> dict[str, Any]:
-    """Device tensors and arrays read back to floats (one pass, at a log point)."""
-    out: dict[str, Any] = {}
-    for tag, value in metrics.items():
-        if isinstance(value, dict):
-            out[tag] = {name: _floats(v) for name, v in value.items()}
-        elif isinstance(value, (int, float, bool, np.number, np.ndarray, torch.Tensor)):
-            out[tag] = _floats(value)
-        else:
-            out[tag] = value  # strings and other JSON values go to metrics.jsonl only
-    return out
+def resolve(metrics: Any) -> Any:
+    """Device tensors, numpy values and arrays read back to floats (lists for vectors), at any
+    depth of nesting, at a log point; Python ints, bools and strings stay as they are."""
+    if isinstance(metrics, dict):
+        return {key: resolve(value) for key, value in metrics.items()}
+    if isinstance(metrics, (list, tuple)) and not any(isinstance(v, (torch.Tensor, np.ndarray)) for v in metrics):
+        return [resolve(v) for v in metrics]
+    if isinstance(metrics, (bool, int, str)) or metrics is None:
+        return metrics
+    if isinstance(metrics, (float, np.number, np.ndarray, torch.Tensor, list, tuple)):
+        return _floats(metrics)
+    return metrics
 
 
 def write(logger, position: int, kind: str, metrics: dict[str, Any]) -> dict[str, Any]:
-    """Log ``metrics`` at ``position``: scalars as ``tag`` and per-name dicts as ``tag/name``
-    (non-finite values stay out of TensorBoard, null in metrics.jsonl); returns the floats."""
+    """Log ``metrics`` at ``position``: scalars as ``tag``, nested dicts as ``tag/name/...``
+    (non-finite values stay out of TensorBoard, null in metrics.jsonl); returns the values."""
     values = resolve(metrics)
-    for tag, value in values.items():
-        items = value.items() if isinstance(value, dict) else [(None, value)]
-        for name, v in items:
-            if isinstance(v, float) and math.isfinite(v):
-                logger.writer.add_scalar(tag if name is None else f"{tag}/{name}", v, position)
+    for tag, value in _scalars(values):
+        logger.writer.add_scalar(tag, value, position)
     logger.record(position, kind=kind, **values)
     return values
+
+
+def _scalars(values: dict[str, Any], prefix: str = ""):
+    """(``tag/name/...``, value) for every finite number in a nested metrics dict."""
+    for key, value in values.items():
+        if isinstance(value, dict):
+            yield from _scalars(value, f"{prefix}{key}/")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            yield f"{prefix}{key}", float(value)
