@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-CONFIG ?= configs/mt10_cagrad.yaml
+CONFIG ?=
 ARGS   ?=
 
 LOCK   := requirements/lock.txt
@@ -26,8 +26,17 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/python -m pip check
 	@touch $(STAMP)
 
+# MT10 with CAGrad: the seeds' recipe on a GPU; without one, the CPU recipe (smaller networks,
+# evaluation every 5k steps, checkpoints every 10 min), saying so. CONFIG=... picks any config.
 train: $(STAMP)
-	$(BIN)/morl train $(CONFIG) $(ARGS)
+	@cfg="$(CONFIG)"; \
+	if [ -z "$$cfg" ]; then \
+	  if $(BIN)/python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then cfg=configs/mt10_cagrad.yaml; \
+	  else cfg=configs/mt10_cpu.yaml; \
+	    echo "make train: no GPU here, so MT10 with the CPU recipe $$cfg (smaller networks, evaluation every 5k steps);"; \
+	    echo "            the seeds' 2M-step recipe (days on a CPU): make train CONFIG=configs/mt10_cagrad.yaml"; fi; \
+	fi; \
+	$(BIN)/morl train $$cfg $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(ARGS); rc=$$?; [ $$rc -eq 5 ] && echo "no tests collected" && exit 1; exit $$rc

@@ -142,3 +142,8 @@ def test_metrics_are_read_back_at_any_depth_and_ints_stay_ints():
                    "e": np.float32(0.25), "f": [torch.tensor(1.0), torch.tensor(2.0)], "s": "x"})
     assert out == {"a": 0.5, "b": {"c": {"d": [1.0, 2.0]}}, "n": 3, "flag": True, "e": 0.25, "f": [1.0, 2.0], "s": "x"}
     assert type(out["n"]) is int and type(out["a"]) is float
+
+
+def test_a_stop_during_the_last_unit_just_finishes_the_run(quadratic, tmp_path):
+    run_dir = commands.start("quadratic", quadratic(tmp_path, steps=12), run_dir=tmp_path / "r", progress=False, stop_at=12)
+    assert read_run_info(run_dir)["status"] == "finished" and (run_dir / "final_metrics.json").is_file()

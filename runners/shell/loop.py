@@ -60,7 +60,7 @@ def run(exp: Experiment, run_dir: Path, *, progress: bool | None = None, resumed
     try:
         with deferred_stop() as stop:
             _loop(exp, run_dir, logger, bar, stop, stop_at)
-            if stop.requested or (stop_at is not None and exp.position >= stop_at and exp.position < sched.total):
+            if exp.position < sched.total:  # stopped on request (a stop during the last unit just finishes)
                 status = "interrupted"
                 raise Interrupted(f"stopped{' by ' + stop.signal_name if stop.signal_name else ''} at {exp.unit} "
                                   f"{exp.position}/{sched.total}; checkpoint {Path(run_dir) / 'checkpoints' / 'last.pt'}; "
