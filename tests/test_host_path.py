@@ -1,5 +1,7 @@
 """The Python-float path of small CPU Gramians (morl/aggregators/_host.py) against each method's
-torch path, which the property suite and the TorchJD comparisons check independently.
+torch path, which the property suite and the TorchJD comparisons check independently
+(UPGrad/DualProj: their QPs as lists, morl.solvers.dual_cone.project_rows_host, against the
+tensor route; the solvers themselves are checked against quadprog in test_dual_cone.py).
 
 The same [K, D] inputs go through one aggregator as is (K ≤ 16 on the CPU: the Python path)
 and through one whose module sees no host Gramian (``gramian_rows`` patched to None: the
@@ -23,6 +25,8 @@ CASES = {
     "krum": [{}, {"score": "distance"}, {"n_byzantine": 1, "m": 2}],
     "mgda": [{}],
     "pcgrad": [{}, {"reduction": "sum"}],
+    "upgrad": [{}, {"reg_eps": 1e-4}],
+    "dualproj": [{}, {"reg_eps": 1e-4}],
 }
 PARAMS = [(name, opts) for name, variants in CASES.items() for opts in variants]
 

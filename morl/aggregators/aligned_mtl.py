@@ -16,7 +16,7 @@ import torch
 
 from morl.aggregators._checks import check_choice
 from morl.aggregators._preference import PreferenceVector
-from morl.aggregators._host import as_list, eigh_lists, gramian_rows, weights_tensor
+from morl.aggregators._host import as_list, eigh_lists, eps, gramian_rows, weights_tensor
 from morl.aggregators.base import GramianAggregator
 
 SCALE_MODES = ("min", "median", "rmse")
@@ -57,7 +57,7 @@ def _aligned_host(gram: torch.Tensor, w: list[float], scale_mode: str) -> list[f
     Python floats: B w = sqrt(λ_scale) Σ_j v_j (v_jᵀw) / sqrt(λ_j) over the kept λ_j."""
     k = len(w)
     lam, vec = eigh_lists(gram)
-    cut = max(lam[-1], 0.0) * k * torch.finfo(gram.dtype).eps
+    cut = max(lam[-1], 0.0) * k * eps(gram.dtype)
     kept = [j for j in range(k) if lam[j] > cut]  # ascending, as eigh returns them
     if not kept:
         return list(w)  # B = I

@@ -12,9 +12,11 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._checks import check_number
+from morl.aggregators._host import as_list, gramian_rows, weights_tensor
 from morl.aggregators._preference import PreferenceVector
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.dual_cone import EXACT_MAX_K, project_with_free_set, with_trace_ridge
+from morl.solvers.dual_cone import EXACT_MAX_K, project_rows_host, project_with_free_set, with_trace_ridge
+from morl.solvers.min_norm import ridge_for
 
 
 class DualProj(PreferenceVector, GramianAggregator):
@@ -37,11 +39,19 @@ class DualProj(PreferenceVector, GramianAggregator):
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[-1]
-        u = self._preference(k, gram, None).unsqueeze(-2)
-        # the previous call's free sets start the solve (a hint, not state: the optimum is the
-        # same from any start, and a start that is still optimal costs one K×K solve per row)
+        gram = with_trace_ridge(gram, self.reg_eps)
+        # the previous call's free set starts the solve (a hint, as in UPGrad)
         start = self.__dict__.get("_free_prev")
-        v, converged, free = project_with_free_set(with_trace_ridge(gram, self.reg_eps), u, self.max_iter, self.tol, free_start=start)
+        rows = gramian_rows(gram)
+        if rows is not None:  # one small CPU Gramian: the QP in Python floats, if small enough
+            found = project_rows_host(rows, [as_list(self._preference(k, gram, None))], ridge_for(gram.dtype), self.tol,
+                                      start if isinstance(start, list) else None)
+            if found is not None:
+                v, self.__dict__["_free_prev"] = found
+                return weights_tensor(v[0], gram)
+        u = self._preference(k, gram, None).unsqueeze(-2)
+        start = start if isinstance(start, torch.Tensor) else None
+        v, converged, free = project_with_free_set(gram, u, self.max_iter, self.tol, free_start=start)
         self.__dict__["_free_prev"] = free
         if k > EXACT_MAX_K:
             self._count_not_converged(converged.squeeze(-1))

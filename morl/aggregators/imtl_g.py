@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from morl.aggregators._host import eigh_lists, gramian_rows, weights_tensor
+from morl.aggregators._host import eigh_lists, eps, gramian_rows, weights_tensor
 from morl.aggregators.base import GramianAggregator
 
 #: Σ_k (G⁺n)_k below this fraction of Σ_k |(G⁺n)_k| gives zero weights (no finite normalisation).
@@ -38,7 +38,7 @@ def _imtl_g_host(gram: torch.Tensor, rows: list[list[float]]) -> list[float]:
     k = len(rows)
     lam, vec = eigh_lists(gram)
     norms = [math.sqrt(max(rows[i][i], 0.0)) for i in range(k)]
-    cut = k * torch.finfo(gram.dtype).eps * max(abs(x) for x in lam)
+    cut = k * eps(gram.dtype) * max(abs(x) for x in lam)
     v = [0.0] * k
     for j in range(k):
         if abs(lam[j]) > cut:

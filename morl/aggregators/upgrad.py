@@ -13,9 +13,11 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._checks import check_number
+from morl.aggregators._host import as_list, gramian_rows, weights_tensor
 from morl.aggregators._preference import PreferenceVector
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.dual_cone import EXACT_MAX_K, project_with_free_set, with_trace_ridge
+from morl.solvers.dual_cone import EXACT_MAX_K, project_rows_host, project_with_free_set, with_trace_ridge
+from morl.solvers.min_norm import ridge_for
 
 
 class UPGrad(PreferenceVector, GramianAggregator):
@@ -42,11 +44,21 @@ class UPGrad(PreferenceVector, GramianAggregator):
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[-1]
-        u = torch.diag_embed(self._preference(k, gram, None))  # row i: p_i e_i
+        gram = with_trace_ridge(gram, self.reg_eps)
         # the previous call's free sets start the solve (a hint, not state: the optimum is the
         # same from any start, and a start that is still optimal costs one K×K solve per row)
         start = self.__dict__.get("_free_prev")
-        v, converged, free = project_with_free_set(with_trace_ridge(gram, self.reg_eps), u, self.max_iter, self.tol, free_start=start)
+        rows = gramian_rows(gram)
+        if rows is not None:  # one small CPU Gramian: the K QPs in Python floats, if small enough
+            p = as_list(self._preference(k, gram, None))
+            u_rows = [[p[i] if j == i else 0.0 for j in range(k)] for i in range(k)]  # row i: p_i e_i
+            found = project_rows_host(rows, u_rows, ridge_for(gram.dtype), self.tol, start if isinstance(start, list) else None)
+            if found is not None:
+                v, self.__dict__["_free_prev"] = found
+                return weights_tensor([sum(row[j] for row in v) for j in range(k)], gram)
+        u = torch.diag_embed(self._preference(k, gram, None))  # row i: p_i e_i
+        start = start if isinstance(start, torch.Tensor) else None
+        v, converged, free = project_with_free_set(gram, u, self.max_iter, self.tol, free_start=start)
         self.__dict__["_free_prev"] = free
         if k > EXACT_MAX_K:
             self._count_not_converged(converged.all(-1))

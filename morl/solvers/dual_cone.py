@@ -122,6 +122,18 @@ def _solve(g_hat: torch.Tensor, c: torch.Tensor, max_iter: int, tol: float, exac
     return dual_cone_iterative(g_hat, c, max_iter, tol)
 
 
+def project_rows_host(rows: list[list[float]], u_rows: list[list[float]], ridge: float, tol: float, free_start=None):
+    """The Python path of :func:`project_with_free_set` for callers that hold G (finite, one
+    CPU Gramian, e.g. from ``morl.aggregators._host.gramian_rows``) and u as lists: ``(v,
+    free)`` as lists, or None when the problem is too large for it or was not settled (then
+    call :func:`project_with_free_set`). Saves the ~10 tensor conversions around it."""
+    if not PDAS_ROUNDS or len(u_rows) * len(rows) ** 3 > HOST_MAX_WORK:
+        return None
+    if free_start is not None and (len(free_start) != len(u_rows) or len(free_start[0]) != len(rows)):
+        free_start = None
+    return project_host(rows, u_rows, ridge, tol, PDAS_ROUNDS, free_start)
+
+
 def _host_sized(gram: torch.Tensor, u: torch.Tensor) -> bool:
     """One small CPU problem (B·K³ ≤ HOST_MAX_WORK): :mod:`morl.solvers.dual_cone_host`."""
     return gram.device.type == "cpu" and gram.dim() == 2 and u.dim() == 2 and u.shape[0] * gram.shape[-1] ** 3 <= HOST_MAX_WORK
