@@ -150,6 +150,8 @@ class MTSAC:
         self.aggregator = _nonraising(aggregator)
         self.critic_aggregator = _fresh_copy(aggregator) if cfg.aggregate_critic else None
         self.temperature_aggregator = _fresh_copy(aggregator) if cfg.aggregate_temperature else None
+        self._shared_critic_grads = (cfg.critic == "shared" and self.critic_aggregator is not None
+                                     and self.critic_aggregator.needs_grads)
         self.nonfinite_updates = torch.zeros((), dtype=torch.int64, device=self.device)
         self.nonfinite_streak = torch.zeros((), dtype=torch.int64, device=self.device)
         self.nonfinite_longest = torch.zeros((), dtype=torch.int64, device=self.device)
@@ -200,8 +202,12 @@ class MTSAC:
         alpha = self._alpha()
         out: dict[str, torch.Tensor] = {}
         eps_next = torch.randn(*obs.shape[:2], self.action_dim, device=self.device, generator=self.generator)
-        critic_loss = self._critic_losses(obs, action, batch["reward"], next_obs, batch["terminated"], eps_next, alpha)
-        ok = self._critic_step(critic_loss)
+        if self._shared_critic_grads:
+            target = self._td_target(batch["reward"], next_obs, batch["terminated"], eps_next, alpha)
+            critic_loss, ok = self._shared_critic_step(obs, action, target)
+        else:
+            critic_loss = self._critic_losses(obs, action, batch["reward"], next_obs, batch["terminated"], eps_next, alpha)
+            ok = self._critic_step(critic_loss)
         if isinstance(self.critic_aggregator, FAMO):
             # FAMO's logit step (Alg. 1) compares the losses before and after the step on the
             # SAME batch, as the authors' MT10 agent does: one more critic forward, no backward
@@ -230,13 +236,37 @@ class MTSAC:
 
     def _critic_losses_eager(self, obs, action, reward, next_obs, terminated, eps_next, alpha) -> torch.Tensor:
         """Per-task critic losses ``[T]``: the sum over the twins of the mean squared soft TD error."""
+        target = self._td_target(reward, next_obs, terminated, eps_next, alpha)
+        q = self.critic(obs, action)  # [T, 2, B]
+        return (q - target.unsqueeze(1)).pow(2).mean(-1).sum(1)
+
+    def _td_target(self, reward, next_obs, terminated, eps_next, alpha) -> torch.Tensor:
+        """The soft TD target ``[T, B]`` of every task (no gradient)."""
         with torch.no_grad():
             mean, log_std = self.actor(next_obs, self._task_eye.unsqueeze(1))
             next_action, next_logp = squashed_sample(mean, log_std, eps_next, self.cfg.log_prob_clamp)
             q_next = self.critic_target(next_obs, next_action).amin(1)
-            target = reward + self.cfg.gamma * (1.0 - terminated) * (q_next - alpha.unsqueeze(1) * next_logp)
-        q = self.critic(obs, action)  # [T, 2, B]
-        return (q - target.unsqueeze(1)).pow(2).mean(-1).sum(1)
+            return reward + self.cfg.gamma * (1.0 - terminated) * (q_next - alpha.unsqueeze(1) * next_logp)
+
+    def _shared_critic_step(self, obs, action, target) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-task losses ``[T]`` of the shared critic and their ``[T, D_critic]`` gradients through the
+        aggregator, as CAGrad's MT10 run fed its critic to CAGrad; returns (losses, step taken)."""
+        self.critic_opt.zero_grad(set_to_none=False)
+        params = dict(self.critic.named_parameters())
+        # one vmapped pass over the task slices: each task backpropagates its own B rows only, so the
+        # T gradients cost about one backward of the whole batch
+        losses, matrix = batched_task_grads(self._critic_task_loss, params, obs, action, target)
+        direction = self.critic_aggregator(matrix, losses.detach())  # mean: the mean loss's gradient
+        for p, d in zip(params.values(), torch.split(direction, [p.numel() for p in params.values()])):
+            p.grad.copy_(d.view_as(p))
+        return losses, _guarded_step(self.critic_opt, list(params.values()), self.cfg.grad_clip)
+
+    def _critic_task_loss(self, params: dict[str, torch.Tensor], obs, action, target) -> torch.Tensor:
+        """One task's loss on its slice ``[B, ...]`` for the shared critic (weights ``[1, 2, in, out]``)."""
+        depth = len(self.critic.weights)
+        q = TwinCriticEnsemble.q_values([params[f"weights.{i}"] for i in range(depth)],
+                                        [params[f"biases.{i}"] for i in range(depth)], obs, action)  # [1, 2, B]
+        return (q - target).pow(2).mean(-1).sum()
 
     def _critic_step(self, losses: torch.Tensor) -> torch.Tensor:
         self.critic_opt.zero_grad(set_to_none=False)
@@ -244,28 +274,18 @@ class MTSAC:
         per_task = self.cfg.critic == "per_task"
         # Per-task critics: one backward of the sum gives every critic its own gradient, and a loss
         # weighting scales critic t by T w_t, what its [T, D] path gives (one backward too).
-        # A shared critic descends the mean loss (mtrl's mean over the whole batch).
+        # A shared critic descends the mean loss (mtrl's mean over the whole batch); its
+        # aggregated per-task gradients come from _shared_critic_step instead.
         scale = self.num_tasks if per_task else 1
         if self.critic_aggregator is not None and not self.critic_aggregator.needs_grads:
             (scale * self.critic_aggregator.weighted_loss(losses)).backward()
-        elif self.critic_aggregator is None:
-            (losses.sum() if per_task else losses.mean()).backward()
-        elif per_task:
-            losses.sum().backward()
-            self._aggregate_critic_grads(params, losses.detach())
+        elif not per_task:
+            losses.mean().backward()
         else:
-            self._aggregate_shared_critic_grads(params, losses)
+            losses.sum().backward()
+            if self.critic_aggregator is not None:
+                self._aggregate_critic_grads(params, losses.detach())
         return _guarded_step(self.critic_opt, params, self.cfg.grad_clip)
-
-    def _aggregate_shared_critic_grads(self, params: list[torch.Tensor], losses: torch.Tensor) -> None:
-        # One batched backward (vmap over the rows of eye(T)) gives the [T, D_critic] per-task
-        # gradients of the shared critic, as CAGrad's MT10 run fed its critic to CAGrad.
-        eye = self._task_eye.to(losses.dtype)
-        grads = torch.autograd.grad(losses, params, eye, is_grads_batched=True)
-        matrix = torch.cat([g.reshape(self.num_tasks, -1) for g in grads], dim=1)
-        direction = self.critic_aggregator(matrix, losses.detach())  # mean: the mean loss's gradient
-        for p, d in zip(params, torch.split(direction, [p.numel() for p in params])):
-            p.grad.copy_(d.view_as(p))
 
     def _aggregate_critic_grads(self, params: list[torch.Tensor], losses: torch.Tensor) -> None:
         # Row t holds task t's gradient in critic t's block and zeros elsewhere (block diagonal).
