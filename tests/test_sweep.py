@@ -315,11 +315,28 @@ def test_local_with_a_killed_run_and_ray_give_bitwise_equal_runs(tmp_path):
     assert morl("sweep", local, "--no-progress") == 0
     assert attempts(folder, "pcgrad-s2") == ["start", "resume"]
     assert morl("sweep", real_spec(tmp_path, "ray", [1, 2, 3], total_steps=120), "--engine", "ray", "--no-progress") == 0
-    for name in ("mgda-s1", "mgda-s2", "mgda-s3", "pcgrad-s1", "pcgrad-s2", "pcgrad-s3"):
+    # the killed and resumed cell last: its training state first, then its evaluation state
+    names = ["mgda-s1", "mgda-s2", "mgda-s3", "pcgrad-s1", "pcgrad-s3", "pcgrad-s2"]
+    for name in names:
         a, b = folder / name, tmp_path / "ray" / "agg" / name
         assert attempts(b.parent, name) == ["start"] and (name == "pcgrad-s2" or attempts(folder, name) == ["start"])
-        assert json.loads((a / "final_metrics.json").read_text()) == json.loads((b / "final_metrics.json").read_text())
         sa, sb = torch_load(a / "checkpoints" / "last.pt"), torch_load(b / "checkpoints" / "last.pt")
         assert sa["step"] == sb["step"] == 120
-        for key in ("agent", "replay", "env", "eval_env", "rng"):
+        for key in ("agent", "replay", "env", "rng", "eval_env", "stats"):
             assert_state_equal(sa[key], sb[key], f"{name}.{key}")
+        assert json.loads((a / "final_metrics.json").read_text()) == json.loads((b / "final_metrics.json").read_text())
+
+
+def test_a_second_driver_on_the_same_sweep_stops_with_one_line(tmp_path, capsys):
+    import fcntl
+
+    spec = write_spec(tmp_path, seeds=[1], overrides={"aggregator.options": {}})
+    folder = tmp_path / "out" / "s"
+    folder.mkdir(parents=True)
+    with open(folder / ".lock", "a+") as held:  # another `morl sweep` driving it
+        held.write("4242\n")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert morl("sweep", spec) == 2
+    assert "is being run by another morl sweep (pid 4242)" in capsys.readouterr().err
+    assert not (folder / "manifest.json").exists()

@@ -38,9 +38,9 @@ def main(args) -> int:
     if args.dry_run:
         print_cells(folder, cells)
         return 0
-    write_manifest(folder, spec, cells)
-    claim_sweep(folder)
+    claim_sweep(folder)  # before the manifest: a second driver must not rewrite it
     try:
+        write_manifest(folder, spec, cells)
         return run(folder, spec, cells, args)
     finally:
         release_sweep(folder)

@@ -70,6 +70,10 @@ def claim_sweep(folder: Path) -> None:
     key = str(folder.resolve())
     if key in _held:
         return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the sweep directory {str(folder)!r} ({exc.strerror}); set a writable out_dir") from None
     handle = open(folder / LOCK, "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

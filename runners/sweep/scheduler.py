@@ -49,27 +49,31 @@ class Scheduler:
 
     def run(self) -> int:
         """Run every cell to an end; 0 when all are done (or diverged), 1 when some failed, 130 on Ctrl-C."""
-        queue, busy = deque(self.cells), deque()
         with sweep_stop(self.folder) as stop:
-            next_busy_look = 0.0
-            while (queue or busy or self.running) and not stop.requested:
-                self._launch(queue, busy, stop)
-                self._collect(queue, stop)
-                if busy and time.monotonic() >= next_busy_look:
-                    queue.extend(busy)  # look again: their owner may have ended
-                    busy.clear()
-                    next_busy_look = time.monotonic() + BUSY_POLL_SECONDS
-                if not self.running and (queue or busy) and not self._launchable(queue):
-                    time.sleep(POLL_SECONDS)
-            while self.running:  # stopping: the runs checkpoint and exit
-                self._collect(queue, stop)
-            for cell in [*queue, *busy]:
-                if self.status.cells[cell.name]["status"] == "running":
-                    self.status.set(cell.name, "interrupted")
-        self.status.save()
-        self.bar.close()
-        counts = self.status.counts()
-        return 130 if stop.requested else (1 if counts["failed"] else 0)
+            try:
+                self._drive(stop)
+            except BaseException:
+                stop.request("term")  # the driver failed: leave no run going on without it
+                raise
+            finally:
+                while self.running:  # stopping: the runs checkpoint and exit
+                    self._collect(deque(), stop)
+                self.status.save()
+                self.bar.close()
+        return 130 if stop.requested else (1 if self.status.counts()["failed"] else 0)
+
+    def _drive(self, stop: SweepStop) -> None:
+        queue, busy = deque(self.cells), deque()
+        next_busy_look = time.monotonic() + BUSY_POLL_SECONDS
+        while (queue or busy or self.running) and not stop.requested:
+            self._launch(queue, busy, stop)
+            self._collect(queue, stop)
+            if busy and time.monotonic() >= next_busy_look:
+                queue.extend(busy)  # look again: their owner may have ended
+                busy.clear()
+                next_busy_look = time.monotonic() + BUSY_POLL_SECONDS
+            if not self.running and (queue or busy) and not self._launchable(queue):
+                time.sleep(POLL_SECONDS)
 
     def _launchable(self, queue: deque) -> bool:
         return bool(queue) and len(self.running) < self.slots
