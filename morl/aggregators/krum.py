@@ -65,8 +65,9 @@ class Krum(GramianAggregator):
         k = len(g)
         near = max(k - self.n_byzantine - 2, 0)
         scores = []
-        for i in range(k):
-            dist = [max(g[i][i] + g[j][j] - 2.0 * (0.5 * (g[i][j] + g[j][i])), 0.0) for j in range(k) if j != i]
+        for i, row in enumerate(g):
+            sq = row[i]
+            dist = [max(sq + g[j][j] - 2.0 * (0.5 * (row[j] + g[j][i])), 0.0) for j in range(k) if j != i]
             if self.score == "distance":
                 dist = [math.sqrt(x) for x in dist]
             scores.append(sum(sorted(dist)[:near]))

@@ -14,6 +14,7 @@ the torch solvers take the whole problem.
 from __future__ import annotations
 
 import math
+from operator import mul
 
 from morl.solvers.min_norm import ZERO_ROW
 
@@ -28,7 +29,7 @@ def equilibrated(gram: list[list[float]], ridge: float) -> tuple[list[list[float
     """(Ĝ, d) as :func:`morl.solvers.min_norm.equilibrate` of G / gram_scale(G); None when
     G has a non-finite entry."""
     k = len(gram)
-    if not all(math.isfinite(x) for row in gram for x in row):
+    if not math.isfinite(sum(map(sum, gram))):  # NaN/inf anywhere (or a sum beyond 1e308)
         return None
     top = max(gram[i][i] for i in range(k))
     s = top if top > _TINY_SQRT else 1.0
@@ -51,16 +52,15 @@ def solve_dense(a: list[list[float]], b: list[float]) -> list[float] | None:
             return None
         m[col], m[piv] = m[piv], m[col]
         p = m[col]
+        tail = p[col:]
         for r in range(col + 1, n):
             f = m[r][col] / p[col]
             if f:
-                row = m[r]
-                for j in range(col, n + 1):
-                    row[j] -= f * p[j]
+                m[r][col:] = [a - f * b for a, b in zip(m[r][col:], tail)]
     x = [0.0] * n
     for i in range(n - 1, -1, -1):
         row = m[i]
-        x[i] = (row[n] - sum(row[j] * x[j] for j in range(i + 1, n))) / row[i]
+        x[i] = (row[n] - sum(map(mul, row[i + 1 : n], x[i + 1 :]))) / row[i]
     return x
 
 
@@ -69,7 +69,7 @@ def free_set_solution(g_hat: list[list[float]], c: list[float], free: list[bool]
     f = [i for i in range(len(c)) if free[i]]
     y = [0.0 if free[i] else c[i] for i in range(len(c))]
     if f:
-        rhs = [-sum(g_hat[i][j] * y[j] for j in range(len(c))) for i in f]
+        rhs = [-sum(map(mul, g_hat[i], y)) for i in f]
         x = solve_dense([[g_hat[i][j] for j in f] for i in f], rhs)
         if x is None:
             return None
@@ -88,8 +88,8 @@ def pdas_host(g_hat, c: list[float], free: list[bool], tol: float, rounds: int) 
         y = free_set_solution(g_hat, c, free)
         if y is None:
             return None
-        mu = [sum(g_hat[i][j] * y[j] for j in range(k)) for i in range(k)]
-        scale = max(cmax, math.sqrt(max(sum(a * b for a, b in zip(y, mu)), 0.0)))
+        mu = [sum(map(mul, row, y)) for row in g_hat]
+        scale = max(cmax, math.sqrt(max(sum(map(mul, y, mu)), 0.0)))
         feasible = [y[i] >= c[i] - SLACK * scale for i in range(k)]
         wants_in = [mu[i] < -tol * scale for i in range(k)]
         if all(feasible[i] if free[i] else not wants_in[i] for i in range(k)):
@@ -111,7 +111,7 @@ def project_host(gram, u, ridge: float, tol: float, rounds: int, free_start=None
     out_v, out_free = [], []
     for b, row in enumerate(u):
         c = [row[i] * d[i] for i in range(k)]
-        start = free_start[b] if free_start is not None else [sum(c[j] * g_hat[j][i] for j in range(k)) < 0 for i in range(k)]
+        start = free_start[b] if free_start is not None else [sum(map(mul, row, c)) < 0 for row in g_hat]  # Ĝ symmetric
         found = pdas_host(g_hat, c, start, tol, rounds)
         if found is None:
             return None
