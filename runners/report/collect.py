@@ -223,9 +223,17 @@ def _label(flat: dict[str, Any], group: dict[str, Any] | None, group_by: list[st
     else:
         key = next((k for k in ("aggregator.name", "strategy.name", "method", "problem", "name") if k in flat), None)
         return str(flat[key]) if key else name
-    if len(chosen) == 1:
-        return str(next(iter(chosen.values())))
-    return ",".join(f"{k}={v}" for k, v in chosen.items())
+    return ", ".join(_label_part(k, v, len(chosen) == 1) for k, v in chosen.items())
+
+
+def _label_part(key: str, value: Any, alone: bool) -> str:
+    """``aggregator.name: cagrad`` -> ``cagrad``; ``aggregator.options: {c: 0.5}`` -> ``c=0.5``;
+    ``agent.lr: 0.001`` -> ``lr=0.001`` (a lone key: its value only)."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in flatten(value).items()) or f"{key.rsplit('.', 1)[-1]}={{}}"
+    if alone or key == "base" or key.endswith(".name") or key == "name":
+        return str(value)
+    return f"{key.rsplit('.', 1)[-1]}={value}"
 
 
 def _seed(flat: dict[str, Any], seed: int | None) -> int | None:

@@ -78,7 +78,9 @@ def per_task_heatmap(methods: list[Method], reps: int, seed: int):
     ax.set_yticks(range(len(methods)), [m.label for m in methods])
     if grid.size <= 300:
         for (i, j), v in np.ndenumerate(grid):
-            ax.text(j, i, "" if np.isnan(v) else f"{v:.2g}", ha="center", va="center", fontsize="x-small", color="w")
+            r, g, b, _ = image.cmap(image.norm(v))
+            ink = "k" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "w"  # readable on light and dark cells
+            ax.text(j, i, "" if np.isnan(v) else f"{v:.2g}", ha="center", va="center", fontsize="x-small", color=ink)
     fig.colorbar(image, ax=ax, label=f"final {metric.name}, mean over runs")
     ax.set_title("Per-task final scores")
     return fig
@@ -93,11 +95,13 @@ def performance_profiles(methods: list[Method], reps: int, seed: int):
     lo_tau, hi_tau = (0.0, metric.best) if metric.best else (scores.min(), scores.max())
     taus = np.linspace(lo_tau, hi_tau, 101)
     fig, (ax,) = _figure()
+    sign = 1.0 if metric.higher_is_better else -1.0  # lower is better: the fraction below tau
     for m in methods:
-        point, lo, hi = stats.performance_profile(m.final, taus, reps, stats.rng_for(seed, m.label, "profile"))
+        point, lo, hi = stats.performance_profile(sign * m.final, sign * taus, reps, stats.rng_for(seed, m.label, "profile"))
         line, = ax.plot(taus, point, label=m.label)
         ax.fill_between(taus, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-    ax.set(xlabel=f"threshold τ on final {metric.name}", ylabel="fraction of runs x tasks with score > τ",
+    ax.set(xlabel=f"threshold τ on final {metric.name}",
+           ylabel=f"fraction of runs x tasks with score {'>' if sign > 0 else '<'} τ",
            title="Performance profiles (95% bootstrap band)", ylim=(-0.02, 1.02))
     ax.legend(fontsize="small")
     return fig
