@@ -18,7 +18,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "resume": ("morl.runners.resume", "continue a run from its last checkpoint"),
     "supervised": ("morl.runners.supervised.command", "train a supervised multi-task model from a YAML config"),
     "fl": ("morl.runners.fl.command", "run federated learning (FedAvg, FedProx, FedMGDA+, MosT)"),
-    "prompt": ("morl.runners.prompt.run", "train a mixture of soft prompts with MosT"),
+    "prompt": ("morl.runners.prompt.command", "train a mixture of soft prompts with MosT"),
     "forum": ("morl.runners.forum.command", "FORUM multi-objective bi-level optimisation (hyper-cleaning, loss weights)"),
     "sb3": ("morl.runners.sb3", "train the stable-baselines3 adapter with SB3's learn() and print evaluations"),
     "bench": ("morl.runners.bench.command", "run a benchmark (aggregators, rl, most, envs)"),

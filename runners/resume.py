@@ -17,7 +17,7 @@ def add_arguments(parser) -> None:
 
 
 # Kinds whose runner is not on the shell yet resume through their own command (being ported).
-_NOT_YET_ON_THE_SHELL = {"prompt": "morl.runners.prompt.run"}
+_NOT_YET_ON_THE_SHELL: dict[str, str] = {}
 
 
 def main(args) -> int:

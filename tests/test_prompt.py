@@ -6,7 +6,6 @@ against one prompt at a time; the closed-form head Gramian against autograd; the
 end-to-end CLI runs on a tiny random BERT and on the packaged MiniLM; one-line errors.
 """
 
-import argparse
 import json
 from pathlib import Path
 
@@ -20,8 +19,7 @@ from morl.agents.prompts.trainer import MixtureTrainer
 from morl.envs.data.text import generate_domain_flip, load_text_file
 from morl.most import MosT
 from morl.runners.checkpoint import torch_load
-from morl.runners.prompt import run as prompt_runner
-from morl.runners.errors import UserError
+from morl.runners.cli import main as morl
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -34,13 +32,7 @@ def tiny():
 
 
 def morl_prompt(*argv):
-    parser = argparse.ArgumentParser(prog="morl prompt")
-    prompt_runner.add_arguments(parser)
-    try:
-        return prompt_runner.main(parser.parse_args(list(argv)))
-    except UserError as exc:
-        print(f"morl: error: {exc}")
-        return 2
+    return morl(["prompt", *argv, "--no-progress"])
 
 
 def test_generated_task_flips_the_attribute_rule_between_domains():
@@ -168,7 +160,9 @@ def test_cli_trains_end_to_end_on_a_tiny_encoder(tmp_path):
     state = torch_load(run / "checkpoints" / "last.pt")
     assert state["step"] == 6 and state["mixture"]["prompts"].shape == (3, 4, 32) and "dispatcher" in state
     assert list((run / "tb").glob("events.out.tfevents.*"))
-    assert len((run / "metrics.jsonl").read_text().splitlines()) == 2
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["kind"] == "eval"] == [3, 6]
+    assert [r["step"] for r in records if r["kind"] == "train"] == [1, 2, 3, 4, 5, 6]  # log_every = 1
 
 
 @pytest.mark.parametrize("method", ["mgda", "linear"])
@@ -200,8 +194,8 @@ def test_cli_trains_with_the_packaged_minilm(tmp_path):
 def test_bad_input_gives_one_line_error_and_writes_nothing(tmp_path, capsys, override, match):
     extra = ["data.name=file"] if override.startswith("data.options") else []
     rc = morl_prompt(str(CONFIGS / "prompt_most.yaml"), "encoder=tiny", override, *extra, f"out_dir={tmp_path}")
-    out = capsys.readouterr().out.strip()
-    assert rc == 2 and match in out and len(out.splitlines()) == 1
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and match in err and len(err.splitlines()) == 1 and err.startswith("morl: error:")
     assert not any(tmp_path.iterdir())
 
 

@@ -1,9 +1,13 @@
-"""Config of ``morl prompt``: one dataclass tree, loaded by ``morl.runners.config.load_config``."""
+"""Config of ``morl prompt``: one dataclass tree, loaded by ``morl.runners.config.load_config``, and
+the checks its types cannot make (those that need the data or the encoder are made while building,
+``runners/prompt/build.py``; both before anything is written)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from morl.runners.errors import UserError
 
 
 @dataclass
@@ -61,6 +65,28 @@ class PromptConfig:
     most: MosTOptions = field(default_factory=MosTOptions)
     dispatcher: DispatcherConfig = field(default_factory=DispatcherConfig)
     optim: PromptOptimConfig = field(default_factory=PromptOptimConfig)
+    log_every: int = 1  # steps between train records (loss and Γ share per prompt, averaged over the steps)
     eval_every: int = 25  # steps
     checkpoint_every: int = 50  # steps (the last step is always checkpointed)
+    checkpoint_minutes: float | None = None  # also checkpoint after this much wall-clock time (null: by step count only)
     out_dir: str = "runs"
+
+
+def validate(cfg: PromptConfig) -> None:
+    """One UserError line for the first bad value."""
+    from morl.runners.device import resolve_device
+
+    if cfg.threads < 0:
+        raise UserError(f"threads must be >= 0 (0 = torch's default), got {cfg.threads}")
+    for key in ("steps", "batch_size", "inner_steps", "log_every", "eval_every", "checkpoint_every", "max_length"):
+        if getattr(cfg, key) < 1:
+            raise UserError(f"{key} must be >= 1, got {getattr(cfg, key)}")
+    if cfg.checkpoint_minutes is not None and not cfg.checkpoint_minutes > 0:
+        raise UserError(f"checkpoint_minutes must be > 0 or null (by step count only), got {cfg.checkpoint_minutes}")
+    if cfg.prompts.num < 1 or cfg.prompts.length < 1:
+        raise UserError(f"prompts.num and prompts.length must be >= 1, got {cfg.prompts.num}, {cfg.prompts.length}")
+    if cfg.optim.lr <= 0:
+        raise UserError(f"optim.lr must be > 0, got {cfg.optim.lr}")
+    if cfg.most.tau < 0 or not 0 < cfg.most.curriculum_decay <= 1:
+        raise UserError(f"most.tau must be >= 0 and most.curriculum_decay in (0, 1], got {cfg.most.tau}, {cfg.most.curriculum_decay}")
+    resolve_device(cfg.device)
