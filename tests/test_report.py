@@ -171,6 +171,18 @@ def test_collect_puts_forum_records_on_the_percent_scale_of_its_final_metrics(tm
     assert run.final.tolist() == [25.0, 50.0] and run.curve.tolist() == [[75.0, 50.0], [25.0, 50.0]]
 
 
+def test_collect_reads_an_fl_run_and_its_final_row(tmp_path):
+    run_dir = tmp_path / "fl"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("name: f\nstrategy: {name: fedavg}\nengine: {name: inprocess}\ntrain: {seed: 4}\n")
+    rows = [{"step": r, "time": 0, "kind": "eval", "test_mean": acc, "model_share": [3, 2]} for r, acc in ((10, 0.6), (20, 0.8))]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run_dir / "final_metrics.json").write_text(json.dumps({"final": {"round": 20, "test_mean": 0.8}, "best_val": {"round": 10, "test_mean": 0.6}}))
+    (run,), _, _ = collect([run_dir])
+    assert (run.kind, run.label, run.seed, run.tasks, run.final.tolist(), run.final_step) == ("fl", "fedavg", 4, ["all"], [0.8], 20)
+    assert run.curve[:, 0].tolist() == [0.6, 0.8] and run.metric.best == 1.0
+
+
 def test_sweep_labels_name_what_varies(tmp_path):
     success = np.full((len(STEPS), len(TASKS)), 0.5)
     groups = [{"aggregator.name": "mean", "run.device": "cpu"},

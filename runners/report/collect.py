@@ -136,15 +136,21 @@ def flatten(cfg: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def read_final(run_dir: Path, kind: str) -> dict[str, Any] | None:
     """The end-of-run metrics as one record: ``final_metrics.json`` (FORUM's own results are its
-    ``forum`` section, as test metrics), or the last row of an FL ``summary.json``."""
+    ``forum`` section, as test metrics; FL's are its ``final`` row), or an older FL run's
+    ``summary.json`` ``final`` row."""
     path = run_dir / "final_metrics.json"
-    if path.is_file():
-        final = _read_json(path)
-        return {"test": final.get("forum", {})} if kind == "forum" else final
-    summary = run_dir / "summary.json"
-    if kind == "fl" and summary.is_file():
-        return _read_json(summary).get("final")
-    return None
+    if kind == "fl" and not path.is_file():
+        path = run_dir / "summary.json"
+    if not path.is_file():
+        return None
+    final = _read_json(path)
+    if not isinstance(final, dict):
+        raise UserError(f"{str(path)!r} does not hold a JSON object")
+    if kind == "forum":
+        return {"test": final.get("forum", {})}
+    if kind == "fl" and isinstance(final.get("final"), dict):
+        return final["final"]
+    return final
 
 
 def read_run(source: Source, metric_name: str | None, group_by: list[str] | None, base: Path | None) -> Run | str:
