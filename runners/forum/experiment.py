@@ -96,6 +96,15 @@ class ForumExperiment(Experiment):
         return self.cfg.out_dir
 
     @property
+    def task_names(self) -> list[str]:
+        return list(self.problem.names)
+
+    def layout_tags(self) -> dict[str, Any]:
+        # FORUM's aggregation weights are λ̃ (Algorithm 1's momentum of the QP's λ)
+        return {"weight_tag": "forum/lambda_tilde", "conflict_tags": (), "speed_tags": ("perf/seconds_per_iteration",),
+                **self.problem.layout_tags}
+
+    @property
     def schedule(self) -> Schedule:
         cfg = self.cfg
         return Schedule(cfg.iterations, cfg.eval_every, cfg.eval_every, cfg.checkpoint_every, cfg.checkpoint_minutes)

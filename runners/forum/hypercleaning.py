@@ -38,6 +38,7 @@ class HyperCleaningProblem:
         self.has_baselines = hc.baselines
         self.learning_rates = "hypercleaning.alpha_lr, hypercleaning.omega_lr, forum.inner_lr"
         self.best_val2, self.best_test = -1.0, None
+        self.layout_tags = {"success_tag": "test/accuracy"}  # test/accuracy/<dataset>
 
     @property
     def forum(self):

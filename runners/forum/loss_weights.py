@@ -30,6 +30,7 @@ class LossWeightProblem:
         self.has_baselines = mc.baseline
         self.names = self.data.task_names
         self.learning_rates = "mtl.alpha_lr, mtl.lr, forum.inner_lr"
+        self.layout_tags: dict[str, str] = {}  # test metrics are test/<task>/<metric>: no per-task chart of them
         self.gen = torch.Generator().manual_seed(cfg.seed + 11)
         self.learner = self._build(forum=True)
         self.iters_per_epoch = max(1, self.data.train[0].shape[0] // mc.batch_size)

@@ -105,6 +105,13 @@ class SupervisedExperiment(Experiment):
         return self.cfg.out_dir
 
     @property
+    def task_names(self) -> list[str]:
+        return list(self.data.task_names)
+
+    def layout_tags(self) -> dict[str, Any]:
+        return {"weight_tag": "train/weights", "conflict_tags": (), "speed_tags": ()}
+
+    @property
     def schedule(self) -> Schedule:
         cfg = self.cfg
         return Schedule(cfg.epochs, 1, cfg.eval_every, cfg.checkpoint_every, cfg.checkpoint_minutes)
