@@ -1,10 +1,10 @@
 """Frames of deterministic evaluation episodes of a :class:`MultiTaskVecEnv`, to watch an agent.
 
 The caller gives the policy (``obs [num_envs, obs_dim] -> actions``, numpy in and out: envs never
-import agents). The whole vector env steps, as in :func:`morl.envs.evaluate_policy`; the first
-sub-env of each watched task is drawn before every action and once more at the end of each of
-its episodes, so an episode of ``T`` steps gives ``T + 1`` frames (the last one shows the state
-that ended it: success or time limit).
+import agents). For each watched task in turn, the whole vector env steps from ``env.reset()``, as
+in :func:`morl.envs.evaluate_policy`, and the task's first sub-env is drawn before every action and
+once more at the end of each of its episodes, so an episode of ``T`` steps gives ``T + 1`` frames
+(the last one shows the state that ended it: success or time limit).
 
 * Meta-World: MuJoCo renders offscreen from one of the scene's cameras (``corner`` by default).
   A machine without a display needs ``MUJOCO_GL=egl`` (or ``osmesa``) BEFORE MuJoCo is first
@@ -67,7 +67,7 @@ def render_episodes(
     size: int = 256,
     camera: str = "corner",
 ) -> dict[str, list[RenderedEpisode]]:
-    """``episodes`` rendered episodes of each task in ``tasks`` (default: all), from ``env.reset()``."""
+    """``episodes`` rendered episodes of each task in ``tasks`` (default: all), each task's from an ``env.reset()``."""
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     check_render_options(size, camera)
@@ -75,12 +75,16 @@ def render_episodes(
     unknown = [t for t in names if t not in env.task_names]
     if unknown:
         raise ValueError(f"unknown task(s) {unknown}; this env's tasks: {', '.join(env.task_names)}")
-    watched = {env.task_names.index(t) * env.envs_per_task: t for t in names}
-    painter = make_painter(env, size, camera)
-    try:
-        return _Recorder(env, painter, watched, episodes).run(policy)
-    finally:
-        painter.close()
+    out = {}
+    # Task by task, each from env.reset(): one MuJoCo renderer alive at a time (with Mesa each
+    # holds ~170 MB: all of MT50's at once would need 8 GB); stepping is cheap next to drawing.
+    for task in names:
+        painter = make_painter(env, size, camera)
+        try:
+            out[task] = _Recorder(env, painter, {env.task_names.index(task) * env.envs_per_task: task}, episodes).run(policy)[task]
+        finally:
+            painter.close()
+    return out
 
 
 class _Recorder:
