@@ -25,6 +25,16 @@ active-set rule (Hintermüller, Ito & Kunisch, SIAM J. Optim. 13(3), 2003; a sem
 Newton method) give the free set to start from, and primal active-set steps (as Lawson &
 Hanson's NNLS, "Solving Least Squares Problems", 1974, ch. 23) make it exact.
 
+One CPU Gramian (UPGrad's and DualProj's case): first a few primal-dual active-set rounds
+(Hintermüller, Ito & Kunisch, above: solve on the free set, keep its feasible rows, free the
+active rows with negative multipliers; stop at the KKT conditions), from the caller's warm
+start (the previous call's free sets: consecutive Jacobians mostly keep them, and then a
+round is one K×K solve and its check) or from the rows whose multiplier at z = c is
+negative. Small problems (K ≤ 16, B·K² ≤ 1000) run them in Python floats
+(:mod:`morl.solvers.dual_cone_host`: on the CPU reading G costs nothing and a torch op on a
+K×K tensor is ~2 µs of dispatch), larger ones batched in torch. Problems the rounds do not
+settle go to the solvers above; the answer is the optimum either way.
+
 Cost: each active-set step solves one masked K×K system per unfinished problem. Full-rank
 problems need a few steps (K = 100, D = 300: 0.10 s for UPGrad's 100 QPs on one CPU thread);
 K ≫ rank(G) needs about one step per row whose bound changes (K = 100, rank 40: 1.4 s;
@@ -35,7 +45,7 @@ from __future__ import annotations
 
 import torch
 
-from morl.solvers.dual_cone_host import HOST_MAX_WORK, project_host
+from morl.solvers.dual_cone_host import HOST_MAX_K, HOST_MAX_WORK, project_host
 from morl.solvers.gramian import gram_scale
 from morl.solvers.min_norm import TIE, equilibrate, quad, ridge_for, support_masks
 
@@ -127,16 +137,21 @@ def project_rows_host(rows: list[list[float]], u_rows: list[list[float]], ridge:
     CPU Gramian, e.g. from ``morl.aggregators._host.gramian_rows``) and u as lists: ``(v,
     free)`` as lists, or None when the problem is too large for it or was not settled (then
     call :func:`project_with_free_set`). Saves the ~10 tensor conversions around it."""
-    if not PDAS_ROUNDS or len(u_rows) * len(rows) ** 3 > HOST_MAX_WORK:
+    if not PDAS_ROUNDS or not _host_fits(len(rows), len(u_rows)):
         return None
     if free_start is not None and (len(free_start) != len(u_rows) or len(free_start[0]) != len(rows)):
         free_start = None
     return project_host(rows, u_rows, ridge, tol, PDAS_ROUNDS, free_start)
 
 
+def _host_fits(k: int, b: int) -> bool:
+    """B problems of size K are cheaper in Python floats: K ≤ HOST_MAX_K and B·K² ≤ HOST_MAX_WORK."""
+    return k <= HOST_MAX_K and b * k * k <= HOST_MAX_WORK
+
+
 def _host_sized(gram: torch.Tensor, u: torch.Tensor) -> bool:
-    """One small CPU problem (B·K³ ≤ HOST_MAX_WORK): :mod:`morl.solvers.dual_cone_host`."""
-    return gram.device.type == "cpu" and gram.dim() == 2 and u.dim() == 2 and u.shape[0] * gram.shape[-1] ** 3 <= HOST_MAX_WORK
+    """One small CPU problem (:func:`_host_fits`): :mod:`morl.solvers.dual_cone_host`."""
+    return gram.device.type == "cpu" and gram.dim() == 2 and u.dim() == 2 and _host_fits(gram.shape[-1], u.shape[0])
 
 
 def _start_list(free_start: torch.Tensor | None, u: torch.Tensor) -> list | None:

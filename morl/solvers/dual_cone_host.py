@@ -18,9 +18,15 @@ from operator import mul
 
 from morl.solvers.min_norm import ZERO_ROW
 
-#: The torch solvers take over beyond this many multiply-adds per round (B·K³): Python
-#: elimination costs ~0.05 µs per multiply-add, a batched torch round ~80 µs at any small size.
-HOST_MAX_WORK = 1200
+#: The torch solvers take over beyond K = HOST_MAX_K or B·K² = HOST_MAX_WORK (B right-hand
+#: sides). A problem's rounds cost about K² Python multiply-adds plus an elimination on its
+#: free set only (UPGrad's K problems free ~K/3 rows each on conflicting gradients), while a
+#: batched torch round costs ~40 ops at any small size. Measured on the benchmark's matrices
+#: (1 thread, loaded machine, warm start, µs, Python / torch): B = K: K = 5 320 / 750,
+#: K = 8 570 / 730, K = 10 670 / 850, K = 12 1570 / 840; B = 1: K = 10 89 / 910, K = 16
+#: 150 / 650.
+HOST_MAX_K = 16
+HOST_MAX_WORK = 1000
 #: Relative feasibility slack of a free row, as :func:`morl.solvers.dual_cone.active_set_steps`.
 SLACK = 1e-12
 
