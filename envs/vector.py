@@ -163,7 +163,10 @@ class MultiTaskVecEnv(gym.vector.VectorEnv):
         self.episodes_completed = np.array(state["episodes_completed"], np.int64)
         if self.reward_normalizer is not None and state.get("reward_normalizer") is not None:
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
-        if self._sim_load_state(state["sim"]) and state["obs"] is not None:
+        restored = self._sim_load_state(state["sim"])
+        if state["obs"] is None:  # saved before its first reset: nothing in progress, and no reset
+            self._obs = None      # here either (it would draw from the restored generators)
+        elif restored:
             self._obs = np.array(state["obs"], np.float32)
             self._ep_return = np.array(state["ep_return"], np.float64)
             self._ep_length = np.array(state["ep_length"], np.int64)

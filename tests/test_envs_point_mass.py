@@ -157,6 +157,17 @@ def test_state_dict_round_trip_continues_identically():
     np.testing.assert_array_equal(restored.episodes_completed, env.episodes_completed)
 
 
+def test_the_state_of_an_env_never_reset_restores_to_an_env_never_reset():
+    # An evaluation env checkpointed before its first evaluation: restoring must not reset it
+    # (a reset draws start positions from the restored generator, one draw too many).
+    env = make_env("point_mass", seed=0, eval=True)
+    restored = make_env("point_mass", seed=123, eval=True)
+    restored.load_state_dict(env.state_dict())
+    with pytest.raises(RuntimeError, match="reset"):
+        restored.observations()
+    np.testing.assert_array_equal(restored.reset()[0], env.reset()[0])
+
+
 def test_bad_input_is_rejected():
     with pytest.raises(ValueError, match="valid names"):
         make_env("cartpole", seed=0)

@@ -65,8 +65,9 @@ def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(aggregator, tm
     resume_run(crashed, progress=False)
     a, b = _final_state(full), _final_state(crashed)
     assert a["step"] == b["step"] == 50 and a["updates"] == b["updates"] == 40
-    for key in ("agent", "replay", "env", "rng"):
+    for key in ("agent", "replay", "env", "eval_env", "rng"):
         assert_state_equal(a[key], b[key], key)
+    assert a["stats"]["last_eval"] == b["stats"]["last_eval"]  # the evaluation env resumed exactly too
     # the resumed run's metrics continue the same record: one line per log/eval point, no repeats
     steps = [(x["kind"], x["step"]) for x in map(json.loads, (crashed / "metrics.jsonl").read_text().splitlines())]
     assert len(steps) == len(set(steps))
@@ -138,7 +139,7 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_equals_the_uninterrupted_run(tmp_
     resume_run(stopped, progress=False)
     a, b = _final_state(full), _final_state(stopped)
     assert a["step"] == b["step"] == 50
-    for key in ("agent", "replay", "env", "rng"):
+    for key in ("agent", "replay", "env", "eval_env", "rng"):
         assert_state_equal(a[key], b[key], key)
 
 
