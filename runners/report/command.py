@@ -60,7 +60,7 @@ def main(args) -> int:
     print(main_table(summary))
     for note in notes:
         print(f"note: {note}")
-    print(f"morl report: {out}/report.md (.csv, .json)" + (f", {len(drawn)} plots in {out}/plots" if drawn else ""))
+    print(f"morl report: {out}/report.md (.csv, .json)" + (f", {len(drawn)} plot{'s' if len(drawn) > 1 else ''} in {out}/plots" if drawn else ""))
     return 0
 
 
