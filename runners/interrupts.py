@@ -58,3 +58,23 @@ def deferred_stop() -> Iterator[StopRequest]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextmanager
+def immediate_stop(message: str) -> Iterator[None]:
+    """Inside the block a SIGINT/SIGTERM raises :class:`Interrupted` (``message``) at once: for
+    work that is safe to abandon because resuming redoes it from the last checkpoint (a run's
+    final evaluation, e.g. FORUM's baselines), so a scheduler's SIGTERM never waits for it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handle(signum, frame):
+        raise Interrupted(f"{signal.Signals(signum).name}: {message}")
+
+    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -147,3 +147,27 @@ def test_metrics_are_read_back_at_any_depth_and_ints_stay_ints():
 def test_a_stop_during_the_last_unit_just_finishes_the_run(quadratic, tmp_path):
     run_dir = commands.start("quadratic", quadratic(tmp_path, steps=12), run_dir=tmp_path / "r", progress=False, stop_at=12)
     assert read_run_info(run_dir)["status"] == "finished" and (run_dir / "final_metrics.json").is_file()
+
+
+def test_a_signal_while_the_final_metrics_are_computed_stops_at_once_and_resume_redoes_them(quadratic, tmp_path, monkeypatch):
+    import os
+    import signal
+
+    full = commands.start("quadratic", quadratic(tmp_path, steps=12), run_dir=tmp_path / "full", progress=False)
+    cls = sys.modules["new_kind"].QuadraticExperiment
+    real_final = cls.final_metrics
+
+    def long_final(self):  # e.g. FORUM's baselines: minutes of work after the last step
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_final(self)
+
+    monkeypatch.setattr(cls, "final_metrics", long_final)
+    with pytest.raises(Interrupted, match="SIGTERM: stopped while computing the final metrics.*morl resume"):
+        commands.start("quadratic", quadratic(tmp_path, steps=12), run_dir=tmp_path / "cut", progress=False)
+    cut = tmp_path / "cut"
+    assert read_run_info(cut)["status"] == "interrupted" and not (cut / "final_metrics.json").exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+    monkeypatch.setattr(cls, "final_metrics", real_final)
+    commands.resume(cut, progress=False)
+    assert json.loads((cut / "final_metrics.json").read_text()) == json.loads((full / "final_metrics.json").read_text())
+    assert read_run_info(cut)["status"] == "finished"

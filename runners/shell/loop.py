@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from morl.runners.divergence import Diverged
-from morl.runners.interrupts import Interrupted, deferred_stop
+from morl.runners.interrupts import Interrupted, deferred_stop, immediate_stop
 from morl.runners.progress import Progress
 from morl.runners.shell.experiment import Experiment
 from morl.runners.shell.metrics import write
@@ -65,9 +65,15 @@ def run(exp: Experiment, run_dir: Path, *, progress: bool | None = None, resumed
                 raise Interrupted(f"stopped{' by ' + stop.signal_name if stop.signal_name else ''} at {exp.unit} "
                                   f"{exp.position}/{sched.total}; checkpoint {Path(run_dir) / 'checkpoints' / 'last.pt'}; "
                                   f"continue with: morl resume {run_dir}")
-        final = _finish(exp, run_dir, logger)
+        last = Path(run_dir) / "checkpoints" / "last.pt"
+        with immediate_stop(f"stopped while computing the final metrics ({exp.unit} {exp.position}/{sched.total}); "
+                            f"checkpoint {last}; continue with: morl resume {run_dir}"):
+            final = _finish(exp, run_dir, logger)
         status = "finished"
         return final
+    except Interrupted:
+        status = "interrupted"
+        raise
     except Diverged as exc:
         status = "diverged"
         bar.close()  # the line goes below the bar, not into it
