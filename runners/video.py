@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -74,8 +73,9 @@ def write_video(stem: Path, frames: np.ndarray, fps: int, gif: bytes | None = No
     written whole or not at all."""
     suffix = ".mp4" if mp4_available() else ".gif"
     path = stem.with_suffix(suffix)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    os.close(fd)
+    # a hidden name next to the target (same filesystem: os.replace is atomic), created with the
+    # umask's permissions like any other output (mkstemp's would be 0600)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{suffix}")
     try:
         if suffix == ".mp4":
             import imageio.v2 as imageio

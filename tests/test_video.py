@@ -95,6 +95,9 @@ def test_record_videos_writes_one_playable_file_and_one_tensorboard_video_per_ta
     assert event.step == 7 and (event.width, event.height) == (SIZE, SIZE)
     assert event.encoded_image_string == paths[0].read_bytes()  # the same animated GIF
     assert not list((tmp_path / "videos").glob(".*"))  # no temporary file left
+    umask = os.umask(0)
+    os.umask(umask)
+    assert all(p.stat().st_mode & 0o777 == 0o666 & ~umask for p in paths)  # readable as any file the user writes
 
 
 @pytest.mark.skipif(not video.mp4_available(), reason="imageio-ffmpeg is not installed: videos are GIFs")
