@@ -49,20 +49,21 @@ _TINY_SQRT = math.sqrt(2.2250738585072014e-308)  # gram_scale's threshold for fl
 
 
 def solve_dense(a: list[list[float]], b: list[float]) -> list[float] | None:
-    """x with a x = b (Gaussian elimination, partial pivoting); None on a zero pivot."""
+    """x with a x = b for a symmetric positive definite ``a`` (a ridged Ĝ_FF): Gaussian
+    elimination without pivoting, stable for such matrices; None when a pivot is not positive
+    (``a`` indefinite up to rounding: the torch solvers, with pivoting, take the problem)."""
     n = len(b)
     m = [row[:] + [b[i]] for i, row in enumerate(a)]
     for col in range(n):
-        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
-        if m[piv][col] == 0.0:
-            return None
-        m[col], m[piv] = m[piv], m[col]
         p = m[col]
+        pivot = p[col]
+        if not pivot > 0.0:
+            return None
         tail = p[col:]
         for r in range(col + 1, n):
-            f = m[r][col] / p[col]
+            f = m[r][col] / pivot
             if f:
-                m[r][col:] = [a - f * b for a, b in zip(m[r][col:], tail)]
+                m[r][col:] = [x - f * y for x, y in zip(m[r][col:], tail)]
     x = [0.0] * n
     for i in range(n - 1, -1, -1):
         row = m[i]
