@@ -208,10 +208,11 @@ def test_a_task_absent_from_the_batch_is_left_out_of_the_aggregation():
     torch.testing.assert_close(torch.cat([p.grad.reshape(-1) for p in params]), expected)
 
 
-@pytest.mark.parametrize("aggregator, rows", [("mgda", 3), ("cagrad", 3), ("upgrad", 3), ("moco", 4)])
+@pytest.mark.parametrize("aggregator, rows", [("mgda", 3), ("cagrad", 3), ("upgrad", 3), ("nash_mtl", 3), ("moco", 4)])
 def test_train_aggregates_the_present_tasks_unless_the_aggregator_keeps_per_task_state(aggregator, rows):
-    """Through train(): MGDA/CAGrad/UPGrad see the 3 present tasks; MoCo, whose tracked gradients are
-    per task, sees all 4 (a zero row for the absent one); the logged weights are per task."""
+    """Through train(): MGDA/CAGrad/UPGrad/Nash-MTL (whose state is a warm start) see the 3 present
+    tasks; MoCo, whose tracked gradients are per task, sees all 4 (a zero row for the absent one);
+    the logged weights are per task."""
     model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator=aggregator, seed=0, **SMALL)
     model.learn(300)
     batch = _without_task(model, task=3)

@@ -46,6 +46,11 @@ from morl.gradients import per_task_grads, write_grads
 _VEC_ENV_ATTRS = ("num_envs", "num_tasks", "task_ids", "single_observation_space", "single_action_space", "reset", "step", "close")
 
 
+#: Aggregator state that its owner starts afresh when K changes (a warm start: the solvers' last
+#: solution ``w_prev``, Nash-MTL's ``alpha``): such an aggregator can be given a subset of the tasks.
+_RESTARTS_WHEN_K_CHANGES = frozenset({"w_prev", "alpha"})
+
+
 def is_multitask_vec_env(env) -> bool:
     """True for an ``envs.MultiTaskVecEnv`` or anything with its interface."""
     return not isinstance(env, VecEnv) and all(hasattr(env, a) for a in _VEC_ENV_ATTRS)
@@ -327,8 +332,7 @@ class MultiTaskSAC(SAC):
         return th.nonzero(samples > 0).squeeze(1)
 
     def _per_task_state(self) -> bool:
-        # A warm start (w_prev) is restarted by the aggregator itself when K changes.
-        return any(name != "w_prev" for _, name, _ in self.aggregator._state_buffers())
+        return any(name not in _RESTARTS_WHEN_K_CHANGES for _, name, _ in self.aggregator._state_buffers())
 
     def _weights_per_task(self, rows: th.Tensor | None) -> th.Tensor | None:
         """The aggregator's weights of this step as ``[K]`` (0 for the tasks left out), if it has weights."""
