@@ -168,3 +168,33 @@ def save_config(cfg: Any, path: str | os.PathLike) -> None:
     from morl.runners.checkpoint import atomic_write_text
 
     atomic_write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+# Range rules of `require`: (test, what is allowed). "?" after a rule also allows null.
+_RULES = {
+    ">=1": (lambda v: v >= 1, "must be >= 1"),
+    ">0": (lambda v: v > 0, "must be > 0"),
+    ">=0": (lambda v: v >= 0, "must be >= 0"),
+    "[0,1)": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
+    "[0,1]": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+}
+
+
+def require(cfg: Any, rules: dict[str, str], prefix: str = "") -> None:
+    """Check ranges of config values, ``{"dotted.key": rule}`` with rules ``">=1"``, ``">0"``,
+    ``">=0"``, ``"[0,1)"``, ``"[0,1]"`` (add ``"?"`` to also allow null; a list value must
+    satisfy the rule element-wise): one ``UserError`` line naming the first bad key, its value
+    and what is allowed (``prefix`` names the section ``cfg`` is, e.g. ``"run."``). The one
+    validation helper of every kind of run."""
+    for key, rule in rules.items():
+        value = cfg
+        for part in key.split("."):
+            value = getattr(value, part)
+        nullable = rule.endswith("?")
+        test, allowed = _RULES[rule.rstrip("?")]
+        if value is None and nullable:
+            continue
+        items = value if isinstance(value, (list, tuple)) else [value]
+        if value is None or not items or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and test(v) for v in items):
+            what = f"{allowed}{' or null' if nullable else ''}{' (each entry, at least one)' if isinstance(value, (list, tuple)) else ''}"
+            raise UserError(f"{prefix}{key} {what}, got {value!r}")

@@ -171,3 +171,24 @@ def test_a_signal_while_the_final_metrics_are_computed_stops_at_once_and_resume_
     commands.resume(cut, progress=False)
     assert json.loads((cut / "final_metrics.json").read_text()) == json.loads((full / "final_metrics.json").read_text())
     assert read_run_info(cut)["status"] == "finished"
+
+
+@pytest.mark.parametrize(("rules", "message"), [
+    ({"a": ">=1"}, "sec.a must be >= 1, got 0"),
+    ({"b": ">0?"}, "sec.b must be > 0 or null, got -1.5"),
+    ({"c.d": "[0,1)"}, "sec.c.d must be in [0, 1), got 1.0"),
+    ({"e": ">=1"}, "sec.e must be >= 1 (each entry, at least one), got [4, 0]"),
+    ({"f": ">=1"}, "sec.f must be >= 1, got None"),
+    ({"g": ">0"}, "sec.g must be > 0, got True"),
+])
+def test_require_names_the_key_its_value_and_what_is_allowed(rules, message):
+    from types import SimpleNamespace
+
+    from morl.runners.config import require
+    from morl.runners.errors import UserError
+
+    cfg = SimpleNamespace(a=0, b=-1.5, c=SimpleNamespace(d=1.0), e=[4, 0], f=None, g=True, ok=3, none=None)
+    require(cfg, {"ok": ">=1", "none": ">=1?", "c.d": "[0,1]"}, prefix="sec.")  # passes
+    with pytest.raises(UserError) as exc:
+        require(cfg, rules, prefix="sec.")
+    assert str(exc.value) == message

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 import morl
+from morl.runners.config import require
 from morl.runners.errors import UserError
 from morl.runners.shell.experiment import Experiment, Schedule
 
@@ -46,9 +47,8 @@ class QuadraticExperiment(Experiment):
 
     @classmethod
     def validate(cls, cfg: QuadraticConfig) -> None:
-        for key in ("dim", "steps", "log_every", "eval_every", "checkpoint_every"):
-            if getattr(cfg, key) < 1:
-                raise UserError(f"{key} must be >= 1, got {getattr(cfg, key)}")
+        require(cfg, {"dim": ">=1", "steps": ">=1", "lr": ">0", "noise": ">=0", "log_every": ">=1",
+                      "eval_every": ">=1", "checkpoint_every": ">=1", "checkpoint_minutes": ">0?"})
         if cfg.aggregator not in morl.available():
             raise UserError(f"aggregator: unknown {cfg.aggregator!r}; allowed: {', '.join(morl.available())}")
 

@@ -40,30 +40,17 @@ class ForumExperiment(Experiment):
 
     @classmethod
     def validate(cls, cfg: ForumRunConfig) -> None:
-        for key in ("iterations", "eval_every", "checkpoint_every"):
-            if getattr(cfg, key) < 1:
-                raise UserError(f"{key} must be >= 1, got {getattr(cfg, key)}")
-        if cfg.checkpoint_minutes is not None and not cfg.checkpoint_minutes > 0:
-            raise UserError(f"checkpoint_minutes must be > 0 or null, got {cfg.checkpoint_minutes}")
-        f = cfg.forum
-        if f.inner_steps < 1:
-            raise UserError(f"forum.inner_steps must be >= 1, got {f.inner_steps}")
-        for key, value in (("forum.inner_lr", f.inner_lr), ("hypercleaning.alpha_lr", cfg.hypercleaning.alpha_lr),
-                           ("hypercleaning.omega_lr", cfg.hypercleaning.omega_lr), ("mtl.alpha_lr", cfg.mtl.alpha_lr),
-                           ("mtl.lr", cfg.mtl.lr), ("mtl.batch_size", cfg.mtl.batch_size)):  # fmt: skip
-            if not value > 0:
-                raise UserError(f"{key} must be > 0, got {value}")
-        if f.rho < 0 or f.beta_power < 0:
-            raise UserError(f"forum.rho and forum.beta_power must be >= 0, got {f.rho} and {f.beta_power}")
-        hc = cfg.hypercleaning
-        if not 1 <= hc.datasets <= 4:
-            raise UserError(f"hypercleaning.datasets must be between 1 and 4, got {hc.datasets}")
-        if not 0 <= hc.noise < 1:
-            raise UserError(f"hypercleaning.noise must be in [0, 1), got {hc.noise}")
-        if hc.batch_size is not None and hc.batch_size < 1:
-            raise UserError(f"hypercleaning.batch_size must be >= 1 or null, got {hc.batch_size}")
-        if any(h < 1 for h in hc.hidden + cfg.mtl.hidden):
-            raise UserError("hidden layer widths must be >= 1")
+        from morl.runners.config import require
+
+        require(cfg, {
+            "iterations": ">=1", "eval_every": ">=1", "checkpoint_every": ">=1", "checkpoint_minutes": ">0?",
+            "forum.inner_steps": ">=1", "forum.inner_lr": ">0", "forum.rho": ">=0", "forum.beta_power": ">=0",
+            "hypercleaning.alpha_lr": ">0", "hypercleaning.omega_lr": ">0", "hypercleaning.noise": "[0,1)",
+            "hypercleaning.batch_size": ">=1?", "hypercleaning.hidden": ">=1",
+            "mtl.alpha_lr": ">0", "mtl.lr": ">0", "mtl.batch_size": ">0", "mtl.hidden": ">=1",
+        })
+        if not 1 <= cfg.hypercleaning.datasets <= 4:
+            raise UserError(f"hypercleaning.datasets must be between 1 and 4, got {cfg.hypercleaning.datasets}")
 
     def __init__(self, cfg: ForumRunConfig, *, for_evaluation: bool = False) -> None:
         from morl.runners.device import resolve_device

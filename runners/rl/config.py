@@ -145,17 +145,11 @@ def _validate_aggregator(agg: AggregatorConfig) -> None:
 
 
 def _validate_run(run: RunConfig) -> None:
-    positive = ("total_steps", "updates_per_step", "eval_every", "log_every", "checkpoint_every", "keep_checkpoints",
-                "max_nonfinite_updates")
-    for key in positive:
-        if getattr(run, key) < 1:
-            raise UserError(f"run.{key}: must be >= 1, got {getattr(run, key)}")
-    if run.checkpoint_minutes is not None and not run.checkpoint_minutes > 0:
-        raise UserError(f"run.checkpoint_minutes: must be > 0 or null (by step count only), got {run.checkpoint_minutes}")
-    if run.warmup_steps < 0:
-        raise UserError(f"run.warmup_steps: must be >= 0, got {run.warmup_steps}")
-    if run.eval_episodes is not None and run.eval_episodes < 1:
-        raise UserError(f"run.eval_episodes: must be >= 1 or null (protocol default), got {run.eval_episodes}")
+    from morl.runners.config import require
+
+    require(run, {"total_steps": ">=1", "updates_per_step": ">=1", "eval_every": ">=1", "log_every": ">=1",
+                  "checkpoint_every": ">=1", "keep_checkpoints": ">=1", "max_nonfinite_updates": ">=1",
+                  "checkpoint_minutes": ">0?", "warmup_steps": ">=0", "eval_episodes": ">=1?"}, prefix="run.")
 
 
 def _validate_agent(agent: MTSACConfig, env: EnvConfig) -> None:

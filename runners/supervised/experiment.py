@@ -42,17 +42,11 @@ class SupervisedExperiment(Experiment):
 
     @classmethod
     def validate(cls, cfg: SupervisedConfig) -> None:
-        for key in ("epochs", "batch_size", "eval_every", "checkpoint_every", "max_nonfinite_updates"):
-            if getattr(cfg, key) < 1:
-                raise UserError(f"{key} must be >= 1, got {getattr(cfg, key)}")
-        if cfg.checkpoint_minutes is not None and not cfg.checkpoint_minutes > 0:
-            raise UserError(f"checkpoint_minutes must be > 0 or null, got {cfg.checkpoint_minutes}")
-        if not cfg.optim.lr > 0:
-            raise UserError(f"optim.lr must be > 0, got {cfg.optim.lr}")
-        if not cfg.model.hidden or min(cfg.model.hidden) < 1:
-            raise UserError(f"model.hidden must list at least one positive shared layer width, got {cfg.model.hidden}")
-        if cfg.max_grad_norm is not None and not cfg.max_grad_norm > 0:
-            raise UserError(f"max_grad_norm must be > 0 or null, got {cfg.max_grad_norm}")
+        from morl.runners.config import require
+
+        require(cfg, {"epochs": ">=1", "batch_size": ">=1", "eval_every": ">=1", "checkpoint_every": ">=1",
+                      "max_nonfinite_updates": ">=1", "checkpoint_minutes": ">0?", "optim.lr": ">0",
+                      "model.hidden": ">=1", "max_grad_norm": ">0?"})
         if cfg.baseline_run and cfg.baseline_metrics:
             raise UserError("give either baseline_run or baseline_metrics, not both")
 
