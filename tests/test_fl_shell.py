@@ -30,8 +30,9 @@ ARGS = [*TINY, "train.rounds=9", "train.eval_every=2", "train.checkpoint_every=3
 TIMING = ("time", "perf/client_seconds", "perf/server_seconds")  # wall-clock: differ between any two runs
 
 
-def _state(run_dir: Path) -> dict:
+def _state(run_dir: Path, skip_rngs: tuple[str, ...] = ()) -> dict:
     state = torch_load(run_dir / "checkpoints" / "last.pt")
+    state["rng"] = {k: v for k, v in state["rng"].items() if k not in skip_rngs}
     return {k: v for k, v in state.items() if k not in ("seconds", "logged_seconds")}  # timers: wall-clock
 
 
@@ -40,8 +41,8 @@ def _records(run_dir: Path) -> list[dict]:
     return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
 
 
-def _assert_same_run(a: Path, b: Path, rounds: int) -> None:
-    sa, sb = _state(a), _state(b)
+def _assert_same_run(a: Path, b: Path, rounds: int, skip_rngs: tuple[str, ...] = ()) -> None:
+    sa, sb = _state(a, skip_rngs), _state(b, skip_rngs)
     assert sa["round"] == sb["round"] == sa["position"] == rounds
     assert_state_equal(sa, sb, "last.pt")
     assert _records(a) == _records(b)
@@ -94,8 +95,7 @@ def test_sigterm_checkpoints_and_morl_resume_finishes_the_run(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     # Long enough (80 rounds, ~2 s of CPU) that the signal arrives mid-run.
     args = [CONFIG, *TINY, "train.rounds=80", "train.eval_every=4", "train.checkpoint_every=1000", "--no-progress"]
-    ref = subprocess.run(_cli("fl", *args, "--run-dir", str(tmp_path / "full")), env=env, capture_output=True, text=True, timeout=300)
-    assert ref.returncode == 0, ref.stderr
+    start("fl", FLExperiment.load_config(args[0], args[1:-1]), run_dir=tmp_path / "full", progress=False)  # the reference, in process
     run_dir = tmp_path / "stopped"
     proc = subprocess.Popen(_cli("fl", *args, "--run-dir", str(run_dir)), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -181,4 +181,6 @@ def test_flower_engine_steps_one_round_at_a_time_and_resumes_bitwise(tmp_path):
         resume(tmp_path / "stopped", progress=False)
     finally:
         torch.set_num_threads(threads)
-    _assert_same_run(full, tmp_path / "stopped", 4)
+    # Flower and Ray draw from Python's global RNG themselves (ids of runs and messages), as often
+    # as there are simulations: that one state cannot match; nothing of the run draws from it.
+    _assert_same_run(full, tmp_path / "stopped", 4, skip_rngs=("python",))

@@ -1,6 +1,6 @@
 """MosTStrategy's state (resuming a MosT federation) without a whole FL run.
 
-tests/test_fl_resume.py resumes a full run (slow); here the strategy alone: after a few rounds
+tests/test_fl_shell.py resumes a full run; here the strategy alone: after a few rounds
 with pair sampling, Γ averaging and the switch rule, ``state_dict`` → a fresh strategy →
 ``load_state_dict`` must restore every field, and the next rounds must be bit-identical to the
 uninterrupted strategy's. A state without the optional keys (an older checkpoint) loads with
