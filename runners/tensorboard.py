@@ -76,7 +76,19 @@ class RunLogger:
         rows = "\n".join(f"| {k} | {v} |" for k, v in flat_config.items())
         self.writer.add_text("config", "| key | value |\n|---|---|\n" + rows, 0)
         simple = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in flat_config.items()}
-        self.writer.add_hparams(simple, metrics or {}, run_name=".")
+        # One HParams session per run in tb/hparams: its start/end info and the final metrics as
+        # scalars, but no experiment summary. TensorBoard then builds the table from every run's
+        # sessions, so keys only some runs have (e.g. aggregator.options.c) keep their column;
+        # with one summary per run it would show the keys of whichever summary it read.
+        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard.summary import hparams
+
+        _, start, end = hparams(simple, metrics or {})
+        with SummaryWriter(log_dir=str(self.run_dir / "tb" / "hparams")) as writer:
+            writer.file_writer.add_summary(start)
+            writer.file_writer.add_summary(end)
+            for tag, value in (metrics or {}).items():
+                writer.add_scalar(tag, value, 0)
 
     def flush(self) -> None:
         self.writer.flush()

@@ -150,6 +150,7 @@ def _assert_comparison_views(run_dir, headline: float) -> None:
     assert charts["eval success, every task"] == [f"^eval/success/goal\\-{i}$" for i in range(4)]
     request = api_pb2.ListSessionGroupsRequest(start_index=0, slice_size=10, allowed_statuses=[api_pb2.STATUS_SUCCESS, api_pb2.STATUS_UNKNOWN])
     (group,) = list_session_groups.Handler(ctx, backend_context.Context(tb), "", request).run().session_groups
+    assert group.name == "tb/hparams"
     assert group.hparams["aggregator.name"].string_value == "pcgrad"
     values = {m.name.tag: m.value for m in group.sessions[0].metric_values}
     assert values["final/headline"] == pytest.approx(headline)

@@ -36,7 +36,8 @@ def _fake_rl_run(run_dir, aggregator: str, final_success: float, task_names=TASK
         log.per_task("aggregator/weight", np.full(len(task_names), 1 / len(task_names)), task_names, step, mean=False)
         for tag in ("grad/cos_min", "grad/cos_mean", "grad/conflicting_pairs", "perf/transitions_per_s", "perf/updates_per_s"):
             log.scalar(tag, 1.0, step)
-    cfg = {"aggregator": {"name": aggregator, "options": {}}, "run": {"seed": 0}}
+    options = {"c": 0.5} if aggregator == "cagrad" else {}  # a key only some runs have
+    cfg = {"aggregator": {"name": aggregator, "options": options}, "run": {"seed": 0}}
     log.hparams(flatten_config(cfg), {"final/eval/success/mean": final_success, "final/step": 200.0})
     log.close()
 
@@ -81,10 +82,27 @@ def test_hparams_view_has_one_session_per_run_with_its_final_metrics(tmp_path):
     request = api_pb2.ListSessionGroupsRequest(start_index=0, slice_size=10, allowed_statuses=statuses)
     response = list_session_groups.Handler(ctx, backend_context.Context(tb), "", request).run()
     groups = {g.name: g for g in response.session_groups}
-    assert sorted(groups) == ["a/tb", "b/tb"]
-    for name, aggregator, success in (("a/tb", "cagrad", 0.5), ("b/tb", "mgda", 0.25)):
+    assert sorted(groups) == ["a/tb/hparams", "b/tb/hparams"]
+    for name, aggregator, success in (("a/tb/hparams", "cagrad", 0.5), ("b/tb/hparams", "mgda", 0.25)):
         (session,) = groups[name].sessions
         assert session.status == api_pb2.STATUS_SUCCESS
         assert groups[name].hparams["aggregator.name"].string_value == aggregator
         values = {m.name.tag: m.value for m in session.metric_values}
         assert values == pytest.approx({"final/eval/success/mean": success, "final/step": 200.0})
+
+
+def test_hparams_columns_are_the_union_of_every_run_s_keys(tmp_path):
+    from tensorboard import context
+    from tensorboard.data import provider
+    from tensorboard.plugins.hparams import backend_context
+
+    _fake_rl_run(tmp_path / "a", "cagrad", 0.5)  # has aggregator.options.c
+    _fake_rl_run(tmp_path / "b", "mgda", 0.25)  # has aggregator.options (empty)
+    _, tb, ctx = _backend(tmp_path)
+    bc = backend_context.Context(tb)
+    meta = bc.hparams_metadata(ctx, "")
+    empty = provider.ListHyperparametersResult(hyperparameters=[], session_groups=[])
+    experiment = bc.experiment_from_metadata(ctx, "", True, meta, empty)
+    columns = {h.name for h in experiment.hparam_infos}
+    assert {"aggregator.name", "aggregator.options.c", "aggregator.options", "run.seed"} <= columns
+    assert {m.name.tag for m in experiment.metric_infos} == {"final/eval/success/mean", "final/step"}
