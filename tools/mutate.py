@@ -3,9 +3,11 @@
 Each module is mutated against only the fast test files that cover it, so one mutant's run
 takes seconds: with the union of all selections every min-norm mutant would also rerun the
 FL and RL tests that happen to call it. mutmut (3.x) reads one config per directory, so each
-module gets a scratch directory ``mutants/<module>/`` holding links to the sources and a
-pyproject.toml (this project's, plus that module's ``[tool.mutmut]``); mutmut's own work
-tree is ``mutants/<module>/mutants/``. Results persist there: a rerun only retries mutants
+module gets a scratch directory ``mutants/<module>/`` holding links to the sources (agents/,
+envs/, runners/ inside its ``morl/``, as they are installed) and a pyproject.toml (this
+project's, plus that module's ``[tool.mutmut]``); mutmut's own work tree is
+``mutants/<module>/mutants/``, where the mutated agents/rl/mtsac.py is
+``morl/agents/rl/mtsac.py`` (mutant names ``morl.agents.rl.mtsac.…``). Results persist there: a rerun only retries mutants
 whose function or tests changed. Scores: ``python tools/mutation_score.py``.
 
 Usage: python tools/mutate.py [MODULE ...] [--jobs N]   (MODULE: a key of MODULES; none = all)
@@ -87,18 +89,29 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [*_AGGREGATOR_TESTS, "-k", "mean or pcgrad or moco or warm or check or error or invalid"],
     ),
 }
-LINKS = ("morl", "agents", "tests", "configs")  # copied by mutmut into its work tree
+LINKS = ("tests", "configs")  # copied by mutmut into its work tree
+# agents/, envs/ and runners/ install as morl.agents, morl.envs, morl.runners (pyproject.toml
+# package-dir; the editable install maps them with a meta-path finder to the checkout). The
+# scratch ``morl/`` therefore holds them as subfolders, so that mutmut copies them to
+# ``mutants/morl/agents/...``: the copy is what ``import morl.agents...`` finds first, and
+# mutmut's mutant names (from the path) match the module name its trampolines compare against.
+NAMESPACED = ("agents", "envs", "runners")
+
+
+def scratch_path(path: str) -> str:
+    """A repository path as the scratch tree holds it: agents/rl/mtsac.py -> morl/agents/rl/mtsac.py."""
+    return f"morl/{path}" if path.split("/")[0] in NAMESPACED else path
 
 
 def toml_list(items: list[str]) -> str:
     return "[" + ", ".join(f'"{i}"' for i in items) + "]"
 
 
-def mutmut_section(mutate: list[str], tests: list[str]) -> str:
+def mutmut_section(mutate: list[str], tests: list[str], sources: list[str]) -> str:
     return f"""
 [tool.mutmut]
-source_paths = ["morl", "agents"]
-only_mutate = {toml_list(mutate)}
+source_paths = {toml_list(sources)}
+only_mutate = {toml_list([scratch_path(m) for m in mutate])}
 also_copy = ["configs"]
 # raise statements are input checks: their types and messages are pinned by the error tests,
 # not by the maths, so mutating message text would only measure string matching.
@@ -106,6 +119,32 @@ do_not_mutate_patterns = ['^\\s*raise ']
 pytest_add_cli_args = ["-p", "no:cacheprovider"]
 pytest_add_cli_args_test_selection = {toml_list(tests)}
 """
+
+
+def link(link: Path, target: Path) -> None:
+    if link.is_symlink() and link.resolve() != target.resolve():
+        link.unlink()  # a scratch tree made from another checkout or snapshot
+    if not link.is_symlink():
+        link.symlink_to(target)
+
+
+def scratch_morl(scratch: Path) -> list[str]:
+    """Fill ``scratch/morl/`` with links to morl/'s entries and to agents/, envs/, runners/.
+
+    Returns mutmut's source paths: each entry on its own (mutmut's os.walk does not descend
+    into linked folders, but walks a linked folder given as a source path)."""
+    morl = scratch / "morl"
+    if morl.is_symlink():  # the layout before the morl namespace: scratch/morl -> checkout/morl
+        morl.unlink()
+    morl.mkdir(exist_ok=True)
+    targets = {e.name: e for e in (ROOT / "morl").iterdir() if e.name != "__pycache__"}
+    targets.update({name: ROOT / name for name in NAMESPACED})
+    for stale in morl.iterdir():
+        if stale.is_symlink() and stale.name not in targets:
+            stale.unlink()
+    for name, target in targets.items():
+        link(morl / name, target)
+    return [f"morl/{name}" for name in sorted(targets)]
 
 
 def prepare(module: str) -> Path:
@@ -117,10 +156,9 @@ def prepare(module: str) -> Path:
     scratch = WORK / module.replace("/", "_")
     scratch.mkdir(parents=True, exist_ok=True)
     for name in LINKS:
-        link = scratch / name
-        if not link.is_symlink():
-            link.symlink_to(ROOT / name)
-    (scratch / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + mutmut_section(mutate, tests))
+        link(scratch / name, ROOT / name)
+    sources = scratch_morl(scratch)
+    (scratch / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + mutmut_section(mutate, tests, sources))
     return scratch
 
 

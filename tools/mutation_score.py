@@ -29,11 +29,19 @@ def module_of(path: str) -> str:
     return next((m for m in MODULES if path.startswith(m)), path)
 
 
+def repo_path(path: str) -> str:
+    """The checkout's path of a mutated file: tools/mutate.py keeps agents/, envs/ and runners/
+    under the scratch morl/ (they install as morl.agents, ...), so morl/agents/x -> agents/x."""
+    head, _, rest = path.partition("/")
+    sub = rest.split("/")[0]
+    return rest if head == "morl" and sub in ("agents", "envs", "runners") else path
+
+
 def collect(prefix: str) -> dict:
     rows: dict = {}
     # tools/mutate.py keeps one mutmut work tree per module: mutants/<module>/mutants/<path>.meta
     for meta in sorted(Path("mutants").glob("*/mutants/**/*.py.meta")):
-        path = str(meta.relative_to(meta.parents[len(meta.parents) - 4]))[: -len(".meta")]
+        path = repo_path(str(meta.relative_to(meta.parents[len(meta.parents) - 4]))[: -len(".meta")])
         if prefix and not path.startswith(prefix):
             continue
         codes = json.loads(meta.read_text())["exit_code_by_key"]
