@@ -60,9 +60,6 @@ class QuadraticExperiment(Experiment):
         self.aggregator = morl.build(cfg.aggregator)
         self.noise = torch.Generator().manual_seed(cfg.seed + 1)  # its state is part of the checkpoint
 
-    name = property(lambda self: self.cfg.name)
-    out_dir = property(lambda self: self.cfg.out_dir)
-
     @property
     def schedule(self) -> Schedule:
         c = self.cfg

@@ -75,14 +75,6 @@ class ForumExperiment(Experiment):
         return self.iteration
 
     @property
-    def name(self) -> str:
-        return self.cfg.name
-
-    @property
-    def out_dir(self) -> str:
-        return self.cfg.out_dir
-
-    @property
     def task_names(self) -> list[str]:
         return list(self.problem.names)
 

@@ -71,11 +71,14 @@ class Experiment:
 
     @property
     def name(self) -> str:
-        raise NotImplementedError
+        """The run's name (run directories are ``<out_dir>/<name>-<timestamp>``); default: the
+        config's top-level ``name``."""
+        return self.cfg.name
 
     @property
     def out_dir(self) -> str:
-        raise NotImplementedError
+        """Where new run directories go; default: the config's top-level ``out_dir``."""
+        return self.cfg.out_dir
 
     @property
     def schedule(self) -> Schedule:

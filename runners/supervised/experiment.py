@@ -91,14 +91,6 @@ class SupervisedExperiment(Experiment):
         return self.epoch
 
     @property
-    def name(self) -> str:
-        return self.cfg.name
-
-    @property
-    def out_dir(self) -> str:
-        return self.cfg.out_dir
-
-    @property
     def task_names(self) -> list[str]:
         return list(self.data.task_names)
 
