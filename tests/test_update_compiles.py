@@ -37,14 +37,8 @@ FAST = ["mean", "mgda", "cagrad", "pcgrad", "upgrad"]
 
 _GENERATOR = ("draws from its own seeded torch.Generator (reproducible, checkpointed); Dynamo cannot "
               "pass a Generator into a graph")
-_HOST_PATH = ("small CPU Gramians are finished in Python floats (morl/aggregators/_host.py); its gate "
-              "does not yet use reads_are_free (requested), so the CPU compile breaks there")
-_DUAL_CONE = ("the dual-cone solver's CPU gates (morl/solvers/dual_cone.py) do not yet use "
-              "reads_are_free (requested), so the CPU compile breaks at their host reads")
 NOT_FULLGRAPH = {
     "pcgrad": _GENERATOR, "gradvac": _GENERATOR, "graddrop": _GENERATOR, "rlw": _GENERATOR,
-    "imtl_g": _HOST_PATH, "aligned_mtl": _HOST_PATH, "krum": _HOST_PATH,
-    "upgrad": _DUAL_CONE, "dualproj": _DUAL_CONE,
 }
 
 WHOLE_UPDATE_BREAKS = ("the update draws its noise with the agent's torch.Generator, and calls backward() "

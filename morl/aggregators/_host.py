@@ -6,8 +6,8 @@ Krum or MGDA's closed form is 20-30 such ops. On the CPU the Gramian is in host 
 reading it is no synchronisation: these helpers read it (and an eigendecomposition) as Python
 floats and turn the finished weights back into one tensor. Every read of the path happens
 here, so a device-traffic guard can allow exactly these functions on the CPU; on any other
-device, batched, with autograd or non-finite, :func:`gramian_rows` says None and the
-method's torch path runs.
+device, under ``torch.compile`` (:func:`morl.host_reads.reads_are_free`), batched, with
+autograd or non-finite, :func:`gramian_rows` says None and the method's torch path runs.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import math
 
 import torch
 
+from morl.host_reads import reads_are_free
+
 #: Largest K taken by the Python path (at K = 16 a K² Python loop already costs about as
 #: much as the torch ops it replaces).
 HOST_MAX_K = 16
@@ -23,7 +25,7 @@ HOST_MAX_K = 16
 
 def gramian_rows(gram: torch.Tensor) -> list[list[float]] | None:
     """``gram`` ([K, K], K ≤ HOST_MAX_K, CPU, no autograd, finite) as nested float lists, or None."""
-    if gram.dim() != 2 or gram.shape[-1] > HOST_MAX_K or gram.device.type != "cpu" or gram.requires_grad:
+    if gram.dim() != 2 or gram.shape[-1] > HOST_MAX_K or gram.requires_grad or not reads_are_free(gram):
         return None
     rows = gram.tolist()
     # NaN/inf anywhere makes the sum NaN/inf (a sum that overflows from finite entries, beyond

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import torch
 
+from morl.host_reads import reads_are_free
 from morl.solvers.dual_cone_host import HOST_MAX_K, HOST_MAX_WORK, project_host
 from morl.solvers.gramian import gram_scale
 from morl.solvers.min_norm import TIE, equilibrate, quad, ridge_for, support_masks
@@ -151,7 +152,7 @@ def _host_fits(k: int, b: int) -> bool:
 
 def _host_sized(gram: torch.Tensor, u: torch.Tensor) -> bool:
     """One small CPU problem (:func:`_host_fits`): :mod:`morl.solvers.dual_cone_host`."""
-    return gram.device.type == "cpu" and gram.dim() == 2 and u.dim() == 2 and _host_fits(gram.shape[-1], u.shape[0])
+    return reads_are_free(gram) and gram.dim() == 2 and u.dim() == 2 and _host_fits(gram.shape[-1], u.shape[0])
 
 
 def _start_list(free_start: torch.Tensor | None, u: torch.Tensor) -> list | None:
@@ -161,7 +162,7 @@ def _start_list(free_start: torch.Tensor | None, u: torch.Tensor) -> list | None
 def _one_cpu_problem(g_hat: torch.Tensor, c: torch.Tensor) -> bool:
     """One Gramian ([K, K]) and its [B, K] right-hand sides on the CPU, where reading which
     problems are finished costs no synchronisation."""
-    return g_hat.device.type == "cpu" and g_hat.dim() == 2 and c.dim() == 2
+    return reads_are_free(g_hat) and g_hat.dim() == 2 and c.dim() == 2
 
 
 def pdas_steps(g_hat: torch.Tensor, c: torch.Tensor, free: torch.Tensor, tol: float, rounds: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -191,7 +192,7 @@ def _active_set_first(g_hat: torch.Tensor, c: torch.Tensor) -> bool:
     """True where :data:`ENUMERATE_MAX_SETS` sends a K ≤ EXACT_MAX_K problem to the active-set
     steps: CPU (where finding the unfinished problems costs no sync), one Gramian, many sets."""
     k = g_hat.shape[-1]
-    return g_hat.device.type == "cpu" and g_hat.dim() == 2 and c.dim() == 2 and c.shape[0] * 2**k > ENUMERATE_MAX_SETS
+    return reads_are_free(g_hat) and g_hat.dim() == 2 and c.dim() == 2 and c.shape[0] * 2**k > ENUMERATE_MAX_SETS
 
 
 def _free_set_solution(g_hat: torch.Tensor, c: torch.Tensor, free: torch.Tensor, clamp: bool = True) -> torch.Tensor:
@@ -256,7 +257,7 @@ def _unfinished_solution(g_hat, c, free, z, done) -> torch.Tensor:
     """The unclamped free-set minimiser of the problems not yet done (``z`` for the others). On
     CPU with one shared Gramian (UPGrad, DualProj) only those are solved: reading the flags is
     free there, and late rounds have few left. Elsewhere every problem is solved (no sync)."""
-    if z.device.type != "cpu" or g_hat.dim() != 2 or c.dim() != 2:
+    if not reads_are_free(z) or g_hat.dim() != 2 or c.dim() != 2:
         return _free_set_solution(g_hat.unsqueeze(-3), c, free, clamp=False)
     idx = (~done).nonzero().squeeze(-1)
     y = z.clone()
@@ -288,7 +289,7 @@ def active_set_steps(g_hat, c, z, free, tol: float, rounds: int) -> tuple[torch.
         minor = ~major & ~done
         # on CPU (flags free to read) a round where every unfinished problem takes a major step
         # skips the minor and arc steps: 6 more quadratic forms, most of a round at small K
-        if z.device.type == "cpu" and not bool(minor.any()):
+        if reads_are_free(z) and not bool(minor.any()):
             z = torch.where(major.unsqueeze(-1), torch.maximum(y, c), z)
             free = free | entering
             done = done | (major & ~adds)
@@ -313,7 +314,7 @@ def active_set_steps(g_hat, c, z, free, tol: float, rounds: int) -> tuple[torch.
         z = torch.where(major.unsqueeze(-1), torch.maximum(y, c), torch.where(minor.unsqueeze(-1), z_minor, z))
         free = torch.where(minor.unsqueeze(-1), free_minor, free | entering)
         done = done | (major & ~adds)
-        if z.device.type == "cpu" and bool(done.all()):
+        if reads_are_free(z) and bool(done.all()):
             break
     return z, done
 
