@@ -255,6 +255,11 @@ def morl(*argv) -> int:
     return cli.main([str(a) for a in argv])
 
 
+def logs(folder: Path) -> str:
+    """Every cell's log, for the failure message of a real sweep."""
+    return "\n".join(f"--- {log.name}\n{log.read_text()[-3000:]}" for log in sorted((folder / "logs").glob("*.log")))
+
+
 def real_spec(tmp_path: Path, out: str, seeds, total_steps: int, max_retries: int = 1) -> Path:
     spec = {"name": "agg", "out_dir": str(tmp_path / out), "base": QUICK, "grid": {"aggregator.name": ["mgda", "pcgrad"]},
             "seeds": seeds, "overrides": {**TINY, "run.total_steps": total_steps}, "max_retries": max_retries}
@@ -265,8 +270,8 @@ def real_spec(tmp_path: Path, out: str, seeds, total_steps: int, max_retries: in
 
 def test_a_real_sweep_runs_each_cell_into_its_run_directory(tmp_path, capsys):
     spec = real_spec(tmp_path, "out", [1], total_steps=30)
-    assert morl("sweep", spec, "--no-progress") == 0
     folder = tmp_path / "out" / "agg"
+    assert morl("sweep", spec, "--no-progress") == 0, logs(folder)
     manifest = json.loads((folder / "manifest.json").read_text())
     assert [c["name"] for c in manifest["cells"]] == ["mgda-s1", "pcgrad-s1"]
     for cell in manifest["cells"]:
@@ -340,3 +345,33 @@ def test_a_second_driver_on_the_same_sweep_stops_with_one_line(tmp_path, capsys)
         assert morl("sweep", spec) == 2
     assert "is being run by another morl sweep (pid 4242)" in capsys.readouterr().err
     assert not (folder / "manifest.json").exists()
+
+
+def test_the_ray_engine_retries_stops_and_skips_like_the_local_one(tmp_path):
+    """The stand-in run on a local Ray instance (20 s here, mostly Ray's start-up): a failing cell is
+    retried, a stop request reaches the runs inside Ray tasks, the re-run resumes them."""
+    from morl.runners.sweep.ray_engine import RayEngine
+
+    spec = load_spec(write_spec(tmp_path, list=[{"fail": 0}, {"fail": 1}], seeds=[1, 2], max_retries=1,
+                                overrides={"steps": 60, "sleep": 0.02}))
+    cells, folder = expand(spec), sweep_dir(spec)
+    write_manifest(folder, spec, cells)
+    engine = RayEngine(None, 1, 0)
+    try:
+        def run():
+            return Scheduler(folder, cells, engine, max_retries=1, threads=1, program=FAKE, progress=False).run()
+
+        def stop_once_running():
+            while not (folder / "fail0-s1" / "checkpoints" / "last.pt").is_file():
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        threading.Thread(target=stop_once_running).start()
+        assert run() == 130
+        assert run_status(folder, "fail0-s1") == "interrupted"
+        assert run() == 1  # fail1-* fail twice each
+        assert attempts(folder, "fail0-s1") == ["start", "resume"] and attempts(folder, "fail0-s2")[0] == "start"
+        assert run_status(folder, "fail0-s2") == "finished" and attempts(folder, "fail1-s1").count("start") >= 2
+        assert run() == 1 and attempts(folder, "fail0-s1") == ["start", "resume"]  # finished: skipped
+    finally:
+        engine.close()

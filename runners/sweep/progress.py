@@ -16,13 +16,13 @@ from tqdm import tqdm
 
 from morl.runners.progress import format_eta
 
-BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {postfix}"
+BAR_FORMAT = "sweep: {percentage:3.0f}%|{bar}| {desc}"  # the counts go in desc: a postfix gets a leading comma
 
 
 class SweepProgress:
     def __init__(self, total: int, enabled: bool | None = None) -> None:
         disable = (not sys.stderr.isatty()) if enabled is None else not enabled
-        self.bar = tqdm(total=total, desc="sweep", bar_format=BAR_FORMAT, dynamic_ncols=True, disable=disable)
+        self.bar = tqdm(total=total, desc="", bar_format=BAR_FORMAT, dynamic_ncols=True, disable=disable)
         self.total, self.start = total, time.monotonic()
         self.first_fraction: dict[str, float] = {}  # cell -> its fraction when first seen running
         self.made_by_ended = 0.0  # the part of the cells this invocation finished that it did itself
@@ -41,7 +41,7 @@ class SweepProgress:
         eta = format_eta((self.total - position) * elapsed / made if made > 0 else float("nan"))
         text = f"{done}/{self.total} done, {len(running)} running, {failed} failed, eta {eta}"
         self.bar.n = min(position, self.total)
-        self.bar.set_postfix_str(text, refresh=True)
+        self.bar.set_description_str(text, refresh=True)
         if self.bar.disable and event:
             print(f"morl sweep: {event} [{text}]", file=sys.stderr, flush=True)
 
