@@ -184,3 +184,23 @@ def test_flower_engine_steps_one_round_at_a_time_and_resumes_bitwise(tmp_path):
     # Flower and Ray draw from Python's global RNG themselves (ids of runs and messages), as often
     # as there are simulations: that one state cannot match; nothing of the run draws from it.
     _assert_same_run(full, tmp_path / "stopped", 4, skip_rngs=("python",))
+
+
+def test_non_finite_models_stop_with_exit_3_before_the_checkpoint(tmp_path, monkeypatch, capsys):
+    orig = simulator.Federation.run_round
+
+    def nan_in_round_3(self, engine):
+        orig(self, engine)
+        if self.round == 3:
+            self.thetas[0, 0] = float("nan")
+
+    monkeypatch.setattr(simulator.Federation, "run_round", nan_in_round_3)
+    run_dir = tmp_path / "run"
+    with pytest.raises(SystemExit) as stop:
+        morl(["fl", CONFIG, *TINY, "train.rounds=6", "train.checkpoint_every=1", "--run-dir", str(run_dir), "--no-progress"])
+    assert stop.value.code == 3
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("morl: error: training diverged at round 3/6: a global model has non-finite (NaN/inf) parameters; "
+                          f"last good checkpoint {run_dir / 'checkpoints' / 'last.pt'} (round 2); try a lower learning rate")
+    assert torch_load(run_dir / "checkpoints" / "last.pt")["round"] == 2  # the diverged state never replaced it
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "diverged"

@@ -172,3 +172,17 @@ def test_morl_eval_routes_with_the_stored_dispatcher(full, capsys):
     # the checkpoint's prompts and dispatcher give the run's own end-of-run numbers again
     assert written["headline"] == written["test/routed_acc"] == final["test"]["routed_acc"] == final["headline"]
     assert written["val/routed_acc"] == final["val"]["routed_acc"]
+
+
+def test_non_finite_loss_stops_with_exit_3_naming_the_last_good_checkpoint(tmp_path, capsys):
+    # Adam moves every parameter by about lr per step: lr = 1e30 makes step 2's logits, hence its
+    # loss, non-finite; the trainer raises before that step's update.
+    run_dir = tmp_path / "run"
+    with pytest.raises(SystemExit) as stop:
+        morl(["prompt", CONFIG, *TINY, "steps=7", "checkpoint_every=1", "optim.lr=1e30", "--run-dir", str(run_dir), "--no-progress"])
+    assert stop.value.code == 3
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (f"morl: error: training diverged at step 2/7: non-finite training loss; lower optim.lr (the parameters "
+                   f"were not updated); last good checkpoint {run_dir / 'checkpoints' / 'last.pt'} (step 1)")
+    assert torch_load(run_dir / "checkpoints" / "last.pt")["step"] == 1
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "diverged"

@@ -15,6 +15,7 @@ arXiv:2403.04099, §6.2).
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,7 @@ class FLExperiment(Experiment):
             _seed_global_rngs(cfg.train.seed)
         self.engine = None if for_evaluation else self._engine()
         self._logged = dict(self.fed.seconds)
+        self.saved: int | None = None  # round of the checkpoint on disk
 
     def _engine(self):
         if self.cfg.engine.name == "inprocess":
@@ -123,10 +125,14 @@ class FLExperiment(Experiment):
         """Non-finite models stop the run before they replace the last good checkpoint."""
         if bool(torch.isfinite(self.fed.thetas).all()):
             return None
-        t = self.cfg.train
-        where = f"{self.run_dir}/checkpoints/last.pt" if self.run_dir else "the last checkpoint"
-        raise Diverged(f"training diverged at round {self.fed.round}/{t.rounds}: a global model has non-finite (NaN/inf) "
-                       f"parameters; {where} was written before it; try a lower learning rate (train.lr={t.lr})")
+        from morl.runners.divergence import advice
+        from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
+
+        checkpoint = Path(self.run_dir or ".") / CHECKPOINT_DIR / LAST_CHECKPOINT
+        where = ("no checkpoint was written before it" if self.saved is None
+                 else f"last good checkpoint {checkpoint} (round {self.saved})")
+        raise Diverged(f"training diverged at round {self.fed.round}/{self.cfg.train.rounds}: a global model has non-finite "
+                       f"(NaN/inf) parameters; {where}; {advice('train.lr', None)}")
 
     def final_metrics(self) -> dict[str, Any]:
         """The last evaluation, the one with the best mean validation accuracy, timers and rounds."""
@@ -137,12 +143,14 @@ class FLExperiment(Experiment):
 
     # ----- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        self.saved = self.fed.round  # the shell calls this to write the checkpoint
         return {"format": CHECKPOINT_FORMAT, "config": self.config_dict(), "round": self.fed.round,
                 "federation": self.fed.state_dict(), "history": list(self.history), "seconds": dict(self.fed.seconds),
                 "logged_seconds": dict(self._logged), "rng": _rng_state()}
 
     def load_state_dict(self, state: dict[str, Any], *, for_evaluation: bool = False) -> None:
         self.fed.load_state_dict(state["federation"])
+        self.saved = self.fed.round
         if for_evaluation:
             return
         self.history = list(state["history"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,7 @@ class PromptExperiment(Experiment):
         self.dispatcher = None  # fitted at the last step
         self.final: dict[str, Any] | None = None  # the end-of-run metrics, computed with the dispatcher
         self.seconds = 0.0  # training wall-clock time, summed over sessions
+        self.saved: int | None = None  # step of the checkpoint on disk
         self._interval = self._empty_interval()
         if not for_evaluation:  # last, so that building draws exactly as before; nothing of the run uses them
             random.seed(cfg.seed)
@@ -90,15 +92,21 @@ class PromptExperiment(Experiment):
         ids, mask = (t[idx] for t in self.ids["train"])
         try:
             out = self.trainer.step(ids, mask, self.labels["train"][idx])
-        except FloatingPointError as exc:  # raised before the update: the last checkpoint is good
-            where = f"{self.run_dir}/checkpoints/last.pt" if self.run_dir else "the last checkpoint"
-            raise Diverged(f"training diverged at step {self.step_count + 1}/{self.cfg.steps}: {exc}; {where} was "
-                           "written before it") from None
+        except FloatingPointError as exc:  # raised before the update: the state is the last step's
+            raise self._diverged(str(exc)) from None
         self.step_count += 1
         self._accumulate(out)
         if self.step_count == self.cfg.steps:
             self._finish()
         self.seconds += time.perf_counter() - t0
+
+    def _diverged(self, what: str) -> Diverged:
+        from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
+
+        checkpoint = Path(self.run_dir or ".") / CHECKPOINT_DIR / LAST_CHECKPOINT
+        where = ("no checkpoint was written before it" if self.saved is None
+                 else f"last good checkpoint {checkpoint} (step {self.saved})")
+        return Diverged(f"training diverged at step {self.step_count + 1}/{self.cfg.steps}: {what}; {where}")
 
     def _empty_interval(self) -> dict[str, Any]:
         return {"loss": 0.0, "gamma_share": 0.0, "steps": 0}
@@ -182,6 +190,7 @@ class PromptExperiment(Experiment):
 
     # ----- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
+        self.saved = self.step_count  # the shell calls this to write the checkpoint
         state = {"format": CHECKPOINT_FORMAT, "config": self.config_dict(), **self.trainer.state_dict(), "step": self.step_count,
                  "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
                  "interval": self._interval, "seconds": self.seconds, "final": self.final}
@@ -194,7 +203,7 @@ class PromptExperiment(Experiment):
         if not for_evaluation and done > self.cfg.steps:
             raise UserError(f"steps={self.cfg.steps} is below the checkpoint's step {done}; give steps >= {done}")
         self.trainer.load_state_dict(state)
-        self.step_count = done
+        self.step_count = self.saved = done
         if "dispatcher" in state:
             self.dispatcher = self._dispatcher(state["dispatcher"])
         if for_evaluation:
