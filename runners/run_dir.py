@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import os
 import re
 import shutil
 import sys
@@ -60,30 +59,13 @@ def named_run_dir(path: str | Path) -> Path:
 def claim_run_dir(run_dir: str | Path) -> None:
     """Lock ``run_dir`` for this process (one writer per run) and remove temporary files that a
     killed checkpoint write left behind (safe only once the lock is held)."""
-    import fcntl
-
     from morl.runners.checkpoint import remove_orphans
+    from morl.runners.locks import acquire
 
     key = str(Path(run_dir).resolve())
     if key in _held_locks:
         return
-    lock_path = Path(run_dir) / LOCK_FILE
-    try:
-        handle = open(lock_path, "a+")
-    except OSError as exc:
-        raise UserError(f"cannot lock run directory {str(run_dir)!r} ({exc.strerror}); it must be writable") from None
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        owner = handle.read().strip() or "unknown"
-        handle.close()
-        raise UserError(f"run directory {str(run_dir)!r} is in use by another morl process (pid {owner}); "
-                        "wait for it to finish or stop it first") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
+    handle = acquire(Path(run_dir) / LOCK_FILE, f"run directory {str(run_dir)!r}", "wait for it to finish or stop it first")
     if not _held_locks:
         atexit.register(release_run_dirs)  # runners called as functions (tests, notebooks) release at exit
     _held_locks[key] = handle
@@ -93,11 +75,10 @@ def claim_run_dir(run_dir: str | Path) -> None:
 def release_run_dirs(failed: bool = False) -> None:
     """Drop this process's run locks; after a failure, remove run directories it created that
     hold no checkpoint yet (nothing half-created is left behind)."""
-    import fcntl
+    from morl.runners.locks import release
 
     for handle in _held_locks.values():
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+        release(handle)
     _held_locks.clear()
     if failed:
         for path in _created:
