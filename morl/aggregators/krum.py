@@ -61,16 +61,21 @@ class Krum(GramianAggregator):
 
     def _weights_host(self, g: list[list[float]]) -> list[float]:
         """:meth:`weights_from_gramian` for one small CPU Gramian, in Python floats (the same
-        symmetrised distances, scores and stable order of the scores)."""
+        symmetrised distances, each pair formed once: they are exactly symmetric; the same
+        scores and stable order of the scores)."""
         k = len(g)
         near = max(k - self.n_byzantine - 2, 0)
-        scores = []
-        for i, row in enumerate(g):
-            sq = row[i]
-            dist = [max(sq + g[j][j] - 2.0 * (0.5 * (row[j] + g[j][i])), 0.0) for j in range(k) if j != i]
-            if self.score == "distance":
-                dist = [math.sqrt(x) for x in dist]
-            scores.append(sum(sorted(dist)[:near]))
+        dist: list[list[float]] = [[] for _ in range(k)]
+        for i in range(k):
+            gi, sq = g[i], g[i][i]
+            for j in range(i + 1, k):
+                x = sq + g[j][j] - 2.0 * (0.5 * (gi[j] + g[j][i]))
+                x = x if x > 0.0 else 0.0
+                if self.score == "distance":
+                    x = math.sqrt(x)
+                dist[i].append(x)
+                dist[j].append(x)
+        scores = [sum(sorted(row)[:near]) for row in dist]
         best = sorted(range(k), key=scores.__getitem__)[: self.m]  # stable: ties to the lower index
         return [1.0 / self.m if i in best else 0.0 for i in range(k)]
 
