@@ -24,7 +24,7 @@ def add_arguments(parser) -> None:
 
 def main(args) -> int:
     from morl.runners.sweep.cells import expand
-    from morl.runners.sweep.manifest import claim_sweep, release_sweep, sweep_dir, write_manifest
+    from morl.runners.sweep.manifest import check_manifest, claim_sweep, release_sweep, sweep_dir, write_manifest
     from morl.runners.sweep.spec import load_spec
 
     if args.address is not None and args.engine != "ray":
@@ -35,29 +35,29 @@ def main(args) -> int:
     cells = expand(spec)
     check_configs(cells)
     folder = sweep_dir(spec)
+    check_manifest(folder, cells)
     if args.dry_run:
         print_cells(folder, cells)
         return 0
-    claim_sweep(folder)  # before the manifest: a second driver must not rewrite it
+    engine = make_engine(args.engine, args.address, spec)  # a cluster that cannot be reached: nothing written yet
     try:
+        claim_sweep(folder)  # before the manifest: a second driver must not rewrite it
         write_manifest(folder, spec, cells)
-        return run(folder, spec, cells, args)
+        return run(folder, spec, cells, engine, args)
     finally:
+        engine.close()
         release_sweep(folder)
 
 
-def run(folder, spec, cells, args) -> int:
+def run(folder, spec, cells, engine, args) -> int:
     from morl.runners.sweep.scheduler import Scheduler
 
-    engine = make_engine(args.engine, args.address, spec)
-    try:
-        print(f"morl sweep: {folder}: {len(cells)} cells on {engine.name} "
-              f"({min(engine.capacity, args.max_parallel or engine.capacity)} at a time)", flush=True)
-        scheduler = Scheduler(folder, cells, engine, max_retries=spec.max_retries, threads=spec.resources.cpus, gpus=spec.resources.gpus,
-                              max_parallel=args.max_parallel, progress=False if args.no_progress else None)
-        code = scheduler.run()
-    finally:
-        engine.close()
+    print(f"morl sweep: {folder}: {len(cells)} cells on {engine.name} "
+          f"({min(engine.capacity, args.max_parallel or engine.capacity, len(cells))} at a time)", flush=True)
+    scheduler = Scheduler(folder, cells, engine, max_retries=spec.max_retries, threads=spec.resources.cpus,
+                          gpus=spec.resources.gpus, max_parallel=args.max_parallel,
+                          progress=False if args.no_progress else None)
+    code = scheduler.run()
     for line in scheduler.status.summary():
         print(line, file=sys.stderr if code else sys.stdout)
     if code == 130:

@@ -36,9 +36,7 @@ def write_manifest(folder: Path, spec: SweepSpec, cells: list[Cell]) -> Path:
     cells (more seeds, more values) but never change what an existing cell runs."""
     from morl.runners.checkpoint import atomic_write_text
 
-    old = read_manifest(folder)
-    if old is not None:
-        _check_compatible(folder, old, cells)
+    check_manifest(folder, cells)
     manifest = {"name": spec.name, "spec": spec.as_dict(), "cells": [c.as_dict() for c in cells]}
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -48,7 +46,11 @@ def write_manifest(folder: Path, spec: SweepSpec, cells: list[Cell]) -> Path:
     return folder / MANIFEST
 
 
-def _check_compatible(folder: Path, old: dict[str, Any], cells: list[Cell]) -> None:
+def check_manifest(folder: Path, cells: list[Cell]) -> None:
+    """Refuse cells that differ from the ones an earlier run of the sweep wrote (one line)."""
+    old = read_manifest(folder)
+    if old is None:
+        return
     new = {c.name: c for c in cells}
     for cell in old.get("cells", []):
         name = cell.get("name")

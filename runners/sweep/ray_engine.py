@@ -41,8 +41,8 @@ class RayEngine:
             warnings.simplefilter("ignore", FutureWarning)
             if address:
                 self.ray.init(address=address, **quiet)
-            else:
-                self.ray.init(num_cpus=os.cpu_count() or 1, **quiet)
+            else:  # "local": a new instance, never one found through RAY_ADDRESS or a running `ray start`
+                self.ray.init(address="local", num_cpus=os.cpu_count() or 1, **quiet)
 
     def _capacity(self, cpus: int, gpus: float) -> int:
         total = self.ray.cluster_resources()
