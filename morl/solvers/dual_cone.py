@@ -175,7 +175,10 @@ def pdas_steps(g_hat: torch.Tensor, c: torch.Tensor, free: torch.Tensor, tol: fl
     after ``rounds`` (the rule can cycle on degenerate problems) are the caller's to finish."""
     done = None
     for _ in range(rounds):
-        y = _free_set_solution(g_hat, c, free, clamp=False) if done is None else _unfinished_solution(g_hat, c, free, z, done)
+        if done is None:  # an empty free set everywhere (DualProj's mean inside the cone): y = c, no solve
+            y = _free_set_solution(g_hat, c, free, clamp=False) if bool(free.any()) else c.clone()
+        else:
+            y = _unfinished_solution(g_hat, c, free, z, done)
         mu = y @ g_hat  # (Ĝy)_k, the multiplier of row k where it is active (Ĝ symmetric)
         scale = torch.maximum(c.abs().amax(-1, keepdim=True), (y * mu).sum(-1, keepdim=True).clamp_min(0).sqrt())
         feasible = y >= c - 1e-12 * scale
