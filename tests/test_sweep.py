@@ -94,7 +94,7 @@ def test_list_entries_bases_and_unsafe_values_give_unique_safe_names(tmp_path):
 def test_override_text_reads_back_as_the_value():
     from morl.runners.config import apply_overrides  # what `morl train ... k=v` parses them with
 
-    values = ["mgda", "true", "1", "", " x", "a: b", 0.5, 1e-5, True, None, [32, 32], {"c": 0.5, "base": "cagrad"}]
+    values = ["mgda", "true", "1", "", " x", "a: b", "*x", "@x", "a=b", 0.5, 1e-5, True, None, [32, 32], {"c": 0.5, "base": "cagrad"}]
     for value in values:
         assert apply_overrides({}, [override_text("k", value)])["k"] == value
     assert [override_text("k", v) for v in ("mgda", "true", [32, 32])] == ["k=mgda", "k='true'", "k=[32, 32]"]

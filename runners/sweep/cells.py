@@ -37,11 +37,18 @@ class Cell:
 
 def override_text(key: str, value: Any) -> str:
     """``key=value`` such that the config loader's YAML parse gives ``value`` back."""
-    if isinstance(value, str) and value == value.strip() and yaml.safe_load(value or "''") == value:
+    if isinstance(value, str) and value == value.strip() and _reads_back(value):
         return f"{key}={value}"
     # YAML's own writer: JSON would give 1e-05, which YAML 1.1 reads back as a string
     text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=float("inf"))
     return f"{key}={text.removesuffix(chr(10)).removesuffix(chr(10) + '...')}"
+
+
+def _reads_back(text: str) -> bool:
+    try:
+        return yaml.safe_load(text or "''") == text
+    except yaml.YAMLError:  # e.g. "*x" (an alias) or "@x": quote it
+        return False
 
 
 def expand(spec: SweepSpec) -> list[Cell]:
