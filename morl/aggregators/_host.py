@@ -34,9 +34,10 @@ def gramian_rows(gram: torch.Tensor) -> list[list[float]] | None:
 
 
 def eigh_lists(gram: torch.Tensor) -> tuple[list[float], list[list[float]]]:
-    """(eigenvalues ascending, eigenvectors as columns) of a CPU Gramian, in float64 lists."""
+    """(eigenvalues ascending, eigenvectors as ROWS: ``vecs[j]`` belongs to ``lam[j]``) of a
+    CPU Gramian, in float64 lists (rows, so that dot products run over one list)."""
     lam, vec = torch.linalg.eigh(gram.to(torch.float64))
-    return lam.tolist(), vec.tolist()
+    return lam.tolist(), vec.mT.tolist()
 
 
 def as_list(t: torch.Tensor) -> list:

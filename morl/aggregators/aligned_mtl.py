@@ -11,6 +11,7 @@ their mean (``"median"``, ``"rmse"``), and w the preference (1/K, TorchJD).
 from __future__ import annotations
 
 import math
+from operator import mul
 
 import torch
 
@@ -56,7 +57,7 @@ def _aligned_host(gram: torch.Tensor, w: list[float], scale_mode: str) -> list[f
     """B w (:func:`balance_transformation`) for one small CPU Gramian: one eigh, the rest in
     Python floats: B w = sqrt(λ_scale) Σ_j v_j (v_jᵀw) / sqrt(λ_j) over the kept λ_j."""
     k = len(w)
-    lam, vec = eigh_lists(gram)
+    lam, vecs = eigh_lists(gram)
     cut = max(lam[-1], 0.0) * k * eps(gram.dtype)
     kept = [j for j in range(k) if lam[j] > cut]  # ascending, as eigh returns them
     if not kept:
@@ -70,8 +71,9 @@ def _aligned_host(gram: torch.Tensor, w: list[float], scale_mode: str) -> list[f
         scale = sum(values) / len(values)
     out = [0.0] * k
     for j in kept:
-        coef = math.sqrt(scale) / math.sqrt(lam[j]) * sum(vec[i][j] * w[i] for i in range(k))
-        out = [out[i] + vec[i][j] * coef for i in range(k)]
+        e = vecs[j]
+        coef = math.sqrt(scale) / math.sqrt(lam[j]) * sum(map(mul, e, w))
+        out = [a + b * coef for a, b in zip(out, e)]
     return out
 
 

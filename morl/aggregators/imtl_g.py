@@ -9,6 +9,7 @@ generalised to dependent rows by Quinton & Rey, arXiv 2406.16232)
 from __future__ import annotations
 
 import math
+from operator import mul
 
 import torch
 
@@ -36,14 +37,14 @@ def _imtl_g_host(gram: torch.Tensor, rows: list[list[float]]) -> list[float]:
     """:func:`imtl_g_weights` for one small CPU Gramian: one eigh, the rest in Python floats
     (G⁺n = Σ_j v_j (v_jᵀn) / λ_j over the eigenvalues pinv keeps, |λ_j| > K ε max|λ|)."""
     k = len(rows)
-    lam, vec = eigh_lists(gram)
+    lam, vecs = eigh_lists(gram)
     norms = [math.sqrt(max(rows[i][i], 0.0)) for i in range(k)]
-    cut = k * eps(gram.dtype) * max(abs(x) for x in lam)
+    cut = k * eps(gram.dtype) * max(map(abs, lam))
     v = [0.0] * k
-    for j in range(k):
-        if abs(lam[j]) > cut:
-            coef = sum(vec[i][j] * norms[i] for i in range(k)) / lam[j]
-            v = [v[i] + vec[i][j] * coef for i in range(k)]
+    for lam_j, e in zip(lam, vecs):
+        if abs(lam_j) > cut:
+            coef = sum(map(mul, e, norms)) / lam_j
+            v = [a + b * coef for a, b in zip(v, e)]
     total = sum(v)
     if not abs(total) > SUM_GUARD * sum(abs(x) for x in v):
         return [0.0] * k
