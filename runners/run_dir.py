@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import re
 import shutil
 import sys
@@ -103,29 +102,6 @@ def last_checkpoint(run_dir: str | Path) -> Path:
     if not path.is_file():
         raise UserError(f"run directory {str(run_dir)!r} has no checkpoint yet ({CHECKPOINT_DIR}/{LAST_CHECKPOINT})")
     return path
-
-
-def config_or_resume(schema, args, resume_keys: tuple[str, ...], command: str):
-    """``(cfg, run_dir or None)`` for ``morl COMMAND CONFIG [k=v]`` or ``morl COMMAND --resume RUN_DIR [k=v]``.
-
-    On resume the run's own config.yaml is loaded and only ``resume_keys`` may be overridden
-    (the positional CONFIG slot then holds an override too); the run must have a checkpoint.
-    """
-    from morl.runners.config import load_config
-
-    if not args.resume:
-        if args.config is None:
-            raise UserError(f"give a config file (morl {command} CONFIG [key=value ...]) or --resume RUN_DIR")
-        return load_config(schema, args.config, args.overrides), None
-    run_dir = existing_run_dir(args.resume)
-    extra = list(args.overrides) + ([args.config] if args.config else [])
-    for item in extra:
-        if item.split("=", 1)[0] not in resume_keys:
-            raise UserError(f"with --resume only {', '.join(resume_keys)} may be overridden, got {item!r}")
-    cfg = load_config(schema, run_dir / CONFIG_FILE, extra)
-    claim_run_dir(run_dir)
-    check_config_unchanged(run_dir, dataclasses.asdict(cfg), extra)
-    return cfg, run_dir
 
 
 def check_config_unchanged(run_dir: Path, config: dict[str, Any], overrides: list[str], stored: dict[str, Any] | None = None) -> None:

@@ -76,14 +76,6 @@ class FLExperiment(Experiment):
         return self.fed.round
 
     @property
-    def name(self) -> str:
-        return self.cfg.name
-
-    @property
-    def out_dir(self) -> str:
-        return self.cfg.out_dir
-
-    @property
     def schedule(self) -> Schedule:
         t = self.cfg.train
         # One log line per evaluation: the rounds in between have nothing to report but timings.

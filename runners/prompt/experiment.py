@@ -71,14 +71,6 @@ class PromptExperiment(Experiment):
         return self.step_count
 
     @property
-    def name(self) -> str:
-        return self.cfg.name
-
-    @property
-    def out_dir(self) -> str:
-        return self.cfg.out_dir
-
-    @property
     def schedule(self) -> Schedule:
         c = self.cfg
         return Schedule(c.steps, c.log_every, c.eval_every, c.checkpoint_every, c.checkpoint_minutes)
