@@ -1,4 +1,4 @@
-"""``morl report SWEEP_DIR | RUN_DIR... [--out DIR] [--group-by K] [--metric M] [--reps N] [--seed S] [--no-plots]``
+"""``morl report SWEEP_DIR | RUN_DIR... [--out DIR] [--group-by K] [--metric M] [--baseline GROUP] [--reps N] [--seed S] [--no-plots]``
 
 Writes ``report.md``, ``report.csv``, ``report.json``, ``records.csv`` (every score read, one row
 per run, task and evaluation point) and ``plots/*.png|svg`` into ``--out`` (default
@@ -30,6 +30,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--reps", type=int, default=2000, metavar="N", help="bootstrap resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the bootstrap (default 0)")
     parser.add_argument("--no-plots", action="store_true", help="tables only")
+    parser.add_argument("--baseline", metavar="GROUP", help="also give each method's Δm%% against this method "
+                        "(e.g. mean), each run against the baseline's run of the same seed")
 
 
 def main(args) -> int:
@@ -49,6 +51,11 @@ def main(args) -> int:
         raise UserError(f"--out {str(out)!r} is a file; give a folder")
     summary = summarise(methods, args.reps, args.seed)
     notes = notes + run_notes(methods)
+    if args.baseline:
+        from .delta_m import summarise_delta
+
+        summary["delta_m"], delta_notes = summarise_delta(methods, args.baseline, args.reps, args.seed)
+        notes += delta_notes
     drawn = []
     if not args.no_plots:
         from .plots import draw_all
@@ -58,6 +65,10 @@ def main(args) -> int:
     source = f"sweep {sweep}" if sweep else f"{len(runs)} run directories"
     _write(out, summary, notes, tidy(runs), markdown(summary, notes, source, drawn, _command(args)))
     print(main_table(summary))
+    if "delta_m" in summary:
+        from .tables import delta_table
+
+        print(delta_table(summary))
     for note in notes:
         print(f"note: {note}")
     print(f"morl report: {out}/report.md (.csv, .json)" + (f", {len(drawn)} plot{'s' if len(drawn) > 1 else ''} in {out}/plots" if drawn else ""))
@@ -87,7 +98,8 @@ def run_notes(methods) -> list[str]:
 
 def _command(args) -> str:
     parts = ["morl", "report", *args.paths]
-    for flag, value in (("--out", args.out), ("--group-by", args.group_by), ("--metric", args.metric)):
+    for flag, value in (("--out", args.out), ("--group-by", args.group_by), ("--metric", args.metric),
+                        ("--baseline", getattr(args, "baseline", None))):
         if value:
             parts += [flag, value]
     if args.reps != 2000:

@@ -61,6 +61,16 @@ def per_task_table(s: dict[str, Any]) -> str:
     return _table(["task"] + [m["method"] for m in methods], rows)
 
 
+def delta_table(s: dict[str, Any]) -> str:
+    """Δm% against the baseline method, paired by seed: mean [95 % CI] and the per-seed values."""
+    d = s["delta_m"]
+    rows = [[d["baseline"], "", "0 (baseline)", ""]]
+    rows += [[m["method"], str(m["runs"]), f"{m['value']:+.2f} [{m['ci'][0]:+.2f}, {m['ci'][1]:+.2f}]",
+              " / ".join(f"{v:+.2f}" for v in m["per_seed"]) + f" (seeds {', '.join(map(str, m['seeds']))})"]
+             for m in d["methods"]]
+    return _table(["method", "seeds", f"Δm% vs {d['baseline']} [95% CI]", "per seed"], rows)
+
+
 def improvement_table(s: dict[str, Any]) -> str:
     """P(row better than column) with its interval; blank where the tasks differ."""
     labels = [m["method"] for m in s["methods"]]
@@ -97,6 +107,8 @@ def to_csv(s: dict[str, Any]) -> str:
             w.writerow(["per_task", m["method"], "", task, "final", "mean", e["value"], *e["ci"], m["runs"]])
     for p in s["probability_of_improvement"]:
         w.writerow(["probability_of_improvement", p["x"], p["y"], "", "final", "P(x>y)", p["value"], *p["ci"], ""])
+    for m in s.get("delta_m", {}).get("methods", []):
+        w.writerow(["delta_m", m["method"], s["delta_m"]["baseline"], "", "final", "delta_m_percent", m["value"], *m["ci"], m["runs"]])
     return buf.getvalue()
 
 
@@ -123,6 +135,11 @@ def markdown(s: dict[str, Any], notes: list[str], source: str, plots: list[str],
         "## Per task (final, mean over runs [95% CI])", "",
         per_task_table(s), "",
     ]  # fmt: skip
+    if "delta_m" in s:
+        parts += ["## Δm% against a baseline (final scores, paired by seed)", "",
+                  "Δm = (100 / T) Σ_t (−1)^{s_t} (M_t − B_t) / B_t over the T tasks, s_t = 1 where higher is better "
+                  "(Maninis et al. 2019; Navon et al., ICML 2022, arXiv:2202.01017); each run against the baseline's "
+                  "run of the same seed; lower is better. Interval: bootstrap over the seeds.", "", delta_table(s), ""]
     if s["probability_of_improvement"]:
         parts += ["## Probability of improvement (final scores)", "",
                   "P(X > Y): the probability that a run of X beats a run of Y on a task drawn at random "
