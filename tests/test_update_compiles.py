@@ -22,6 +22,8 @@ Methods that cannot compile fullgraph yet are ``xfail(strict=True)`` with the re
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -71,7 +73,20 @@ def test_aggregation_compiles_fullgraph(name):
     _check_compiles(name, "aot_eager")
 
 
+@pytest.fixture
+def inductor_cache_kept(monkeypatch):
+    """Inductor's newer caches live under ``default_cache_dir()`` (``tempfile.gettempdir()``), not
+    ``TORCHINDUCTOR_CACHE_DIR``; conftest points the temp dir at a folder that must stay empty:
+    put them with the rest of the compile cache."""
+    from torch._inductor.runtime import cache_dir_utils, runtime_utils
+
+    where = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or cache_dir_utils.default_cache_dir()
+    for module in (cache_dir_utils, runtime_utils):
+        monkeypatch.setattr(module, "default_cache_dir", lambda: where)
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("inductor_cache_kept")
 @pytest.mark.parametrize("name", _marked(available()))
 def test_aggregation_compiles_fullgraph_inductor(name):
     _check_compiles(name, "inductor")
