@@ -186,14 +186,15 @@ def test_collect_reads_an_fl_run_and_its_final_row(tmp_path):
 def test_sweep_labels_name_what_varies(tmp_path):
     success = np.full((len(STEPS), len(TASKS)), 0.5)
     groups = [{"aggregator.name": "mean", "run.device": "cpu"},
-              {"aggregator.name": "cagrad", "aggregator.options": {"c": 0.5}, "run.device": "cpu"}]
+              {"aggregator.name": "cagrad", "aggregator.options": {"c": 0.5}, "run.device": "cpu"},
+              {"aggregator.name": "mgda", "aggregator.options": {}, "run.device": "cpu"}]
     for i, group in enumerate(groups):
         write_rl_run(tmp_path / f"r{i}", group["aggregator.name"], 0, success)
     cells = [{"name": f"r{i}", "run_dir": f"r{i}", "group": g, "seed": 0} for i, g in enumerate(groups)]
     not_started = {"name": "r9", "run_dir": "r9", "group": {"aggregator.name": "mgda", "run.device": "cpu"}, "seed": 1}
     (tmp_path / "manifest.json").write_text(json.dumps({"cells": [*cells, not_started]}))
     runs, sweep, notes = collect([tmp_path])
-    assert [r.label for r in runs] == ["mean", "cagrad, c=0.5"] and sweep == tmp_path
+    assert [r.label for r in runs] == ["mean", "cagrad, c=0.5", "mgda"] and sweep == tmp_path
     assert notes == [f"r9: not started (no {tmp_path}/r9/config.yaml), left out"]
 
 

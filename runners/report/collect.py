@@ -229,6 +229,8 @@ def _label(flat: dict[str, Any], group: dict[str, Any] | None, group_by: list[st
     else:
         key = next((k for k in ("aggregator.name", "strategy.name", "method", "problem", "name") if k in flat), None)
         return str(flat[key]) if key else name
+    # an empty mapping (``aggregator.options: {}`` of the methods without options) names nothing
+    chosen = {k: v for k, v in chosen.items() if v != {}} or chosen
     return ", ".join(_label_part(k, v, len(chosen) == 1) for k, v in chosen.items())
 
 
