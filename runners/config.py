@@ -177,12 +177,13 @@ _RULES = {
     ">=0": (lambda v: v >= 0, "must be >= 0"),
     "[0,1)": (lambda v: 0 <= v < 1, "must be in [0, 1)"),
     "[0,1]": (lambda v: 0 <= v <= 1, "must be in [0, 1]"),
+    "(0,1]": (lambda v: 0 < v <= 1, "must be in (0, 1]"),
 }
 
 
 def require(cfg: Any, rules: dict[str, str], prefix: str = "") -> None:
     """Check ranges of config values, ``{"dotted.key": rule}`` with rules ``">=1"``, ``">0"``,
-    ``">=0"``, ``"[0,1)"``, ``"[0,1]"`` (add ``"?"`` to also allow null; a list value must
+    ``">=0"``, ``"[0,1)"``, ``"[0,1]"``, ``"(0,1]"`` (add ``"?"`` to also allow null; a list value must
     satisfy the rule element-wise): one ``UserError`` line naming the first bad key, its value
     and what is allowed (``prefix`` names the section ``cfg`` is, e.g. ``"run."``). The one
     validation helper of every kind of run."""

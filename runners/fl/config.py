@@ -94,28 +94,17 @@ class FLConfig:
 
 def validate(cfg: FLConfig) -> None:
     """One UserError line for the first bad value; then the strategy's own checks."""
+    from morl.runners.config import require
     from morl.runners.device import resolve_device
     from morl.runners.fl.build import build_strategy
 
-    t, s, d = cfg.train, cfg.strategy, cfg.data
-    checks = [
-        (t.rounds >= 1, f"train.rounds must be >= 1, got {t.rounds}"),
-        (t.lr > 0, f"train.lr must be > 0, got {t.lr}"),
-        (0 < t.lr_decay <= 1, f"train.lr_decay must be in (0, 1], got {t.lr_decay}"),
-        (t.local_steps >= 1 and t.batch_size >= 1, "train.local_steps and train.batch_size must be >= 1"),
-        (t.eval_every >= 1, f"train.eval_every must be >= 1, got {t.eval_every}"),
-        (t.checkpoint_every >= 1, f"train.checkpoint_every must be >= 1, got {t.checkpoint_every}"),
-        (t.checkpoint_minutes is None or t.checkpoint_minutes > 0,
-         f"train.checkpoint_minutes must be > 0 or null (by round count only), got {t.checkpoint_minutes}"),
-        (s.num_models >= 1, f"strategy.num_models must be >= 1, got {s.num_models}"),
-        (s.prox_mu >= 0, f"strategy.prox_mu must be >= 0, got {s.prox_mu}"),
-        (d.num_clients >= 1, f"data.num_clients must be >= 1, got {d.num_clients}"),
-        (cfg.engine.num_cpus is None or cfg.engine.num_cpus >= 1, f"engine.num_cpus must be >= 1 or null, got {cfg.engine.num_cpus}"),
-        (cfg.engine.cpus_per_client > 0, f"engine.cpus_per_client must be > 0, got {cfg.engine.cpus_per_client}"),
-    ]
-    for ok, msg in checks:
-        if not ok:
-            raise UserError(msg)
+    require(cfg, {
+        "train.rounds": ">=1", "train.lr": ">0", "train.lr_decay": "(0,1]", "train.local_steps": ">=1",
+        "train.batch_size": ">=1", "train.eval_every": ">=1", "train.checkpoint_every": ">=1",
+        "train.checkpoint_minutes": ">0?", "strategy.num_models": ">=1", "strategy.prox_mu": ">=0",
+        "data.num_clients": ">=1", "engine.num_cpus": ">=1?", "engine.cpus_per_client": ">0",
+    })
+    s, d = cfg.strategy, cfg.data
     resolve_device(cfg.device)
     try:  # the strategy's own checks (MosT's options), so they are written once
         build_strategy(cfg, d.num_clients)

@@ -74,19 +74,13 @@ class PromptConfig:
 
 def validate(cfg: PromptConfig) -> None:
     """One UserError line for the first bad value."""
+    from morl.runners.config import require
     from morl.runners.device import resolve_device
 
-    if cfg.threads < 0:
-        raise UserError(f"threads must be >= 0 (0 = torch's default), got {cfg.threads}")
-    for key in ("steps", "batch_size", "inner_steps", "log_every", "eval_every", "checkpoint_every", "max_length"):
-        if getattr(cfg, key) < 1:
-            raise UserError(f"{key} must be >= 1, got {getattr(cfg, key)}")
-    if cfg.checkpoint_minutes is not None and not cfg.checkpoint_minutes > 0:
-        raise UserError(f"checkpoint_minutes must be > 0 or null (by step count only), got {cfg.checkpoint_minutes}")
-    if cfg.prompts.num < 1 or cfg.prompts.length < 1:
-        raise UserError(f"prompts.num and prompts.length must be >= 1, got {cfg.prompts.num}, {cfg.prompts.length}")
-    if cfg.optim.lr <= 0:
-        raise UserError(f"optim.lr must be > 0, got {cfg.optim.lr}")
-    if cfg.most.tau < 0 or not 0 < cfg.most.curriculum_decay <= 1:
-        raise UserError(f"most.tau must be >= 0 and most.curriculum_decay in (0, 1], got {cfg.most.tau}, {cfg.most.curriculum_decay}")
+    require(cfg, {
+        "threads": ">=0", "steps": ">=1", "batch_size": ">=1", "inner_steps": ">=1", "log_every": ">=1",
+        "eval_every": ">=1", "checkpoint_every": ">=1", "max_length": ">=1", "checkpoint_minutes": ">0?",
+        "prompts.num": ">=1", "prompts.length": ">=1", "optim.lr": ">0", "most.tau": ">=0",
+        "most.curriculum_decay": "(0,1]",
+    })
     resolve_device(cfg.device)
