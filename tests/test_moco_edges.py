@@ -1,0 +1,74 @@
+"""MoCo options that the paper-level tests (test_moco.py) leave at their defaults, each checked on
+a first call worked out by hand (Fernando et al., ICLR 2023, arXiv:2210.12624, eqs. (6), (9),
+(10)): the ρ of the exact λ map, Tracking.py's factor 2 on the λ step, the softmax map, and the
+epoch counter. Two tasks with orthogonal rows keep every hand value a closed form; no seed."""
+
+import math
+
+import pytest
+import torch
+
+from morl.aggregators import build
+
+# Rows g1 = (1, 0), g2 = (0, 3): the first call tracks y = β0·g (Y starts at 0, β_0 = β0/1^pow).
+G = torch.tensor([[1.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
+
+
+def _two_task_min_norm(a11: float, a22: float, a12: float) -> float:
+    """λ1 minimising λᵀAλ on the 2-simplex: the clamped stationary point of the quadratic."""
+    return min(max((a22 - a12) / (a11 + a22 - 2 * a12), 0.0), 1.0)
+
+
+@pytest.mark.parametrize("rho", [0.0, 1.0])
+def test_exact_lambda_map_solves_the_rho_regularised_min_norm(rho):
+    """(8): λ* = argmin λᵀ(YYᵀ + ρI)λ on the simplex; ρ = 1 moves λ1 from 0.9 to 0.722."""
+    agg = build("moco", lambda_map="exact", beta0=0.5, beta_pow=0.0, rho=rho)
+    out = agg(G)
+    y = 0.5 * G  # YYᵀ = diag(0.25, 2.25)
+    lam1 = _two_task_min_norm(0.25 + rho, 2.25 + rho, 0.0)
+    expected = torch.tensor([lam1, 1.0 - lam1], dtype=torch.float64)
+    # 1e-7: the K = 2 closed form keeps the reference code's 1e-8 guard in its denominator
+    # (8e-9 off here); without ρ the weights would be 0.18 away
+    torch.testing.assert_close(agg.weights, expected, rtol=0, atol=1e-7)
+    torch.testing.assert_close(out, expected @ y, rtol=0, atol=1e-7)
+
+
+def test_lam_grad_scale_doubles_the_lambda_step():
+    """Tracking.py's factor 2 (the gradient of ‖Yλ‖², preset "office"): v = λ0 − 2γ·YYᵀλ0."""
+    agg = build("moco", beta0=0.5, beta_pow=0.0, gamma0=0.2, gamma_pow=0.0, lam_grad_scale=2.0)
+    agg(G)
+    # λ0 = (½, ½); YYᵀλ0 = (0.125, 1.125); v = (0.5 − 0.4·0.125, 0.5 − 0.4·1.125) = (0.45, 0.05)
+    v1, v2 = 0.5 - 0.4 * 0.125, 0.5 - 0.4 * 1.125
+    lam1 = min(max((v1 - v2 + 1) / 2, 0.0), 1.0)  # Euclidean projection of (v1, v2) onto the 2-simplex
+    torch.testing.assert_close(agg.weights, torch.tensor([lam1, 1 - lam1], dtype=torch.float64), rtol=0, atol=1e-12)
+    assert lam1 == pytest.approx(0.7)  # with γ instead of 2γ it would be 0.6
+
+
+def test_softmax_map_is_the_softmax_of_the_gradient_step():
+    """App. K.2's practical map: λ1 = softmax(λ0 − γ·YYᵀλ0), not the projection (which gives 0.6)."""
+    agg = build("moco", lambda_map="softmax", beta0=0.5, beta_pow=0.0, gamma0=0.4, gamma_pow=0.0)
+    agg(G)
+    v1, v2 = 0.5 - 0.4 * 0.125, 0.5 - 0.4 * 1.125
+    e1, e2 = math.exp(v1), math.exp(v2)
+    expected = torch.tensor([e1 / (e1 + e2), e2 / (e1 + e2)], dtype=torch.float64)
+    torch.testing.assert_close(agg.weights, expected, rtol=0, atol=1e-12)
+
+
+def test_next_epoch_counts_every_epoch():
+    """schedule="epoch": after two epochs t = k + k0 = 3, so β = 0.05/√3 and γ = 0.1/√3 (cityscapes)."""
+    agg = build("moco", preset="cityscapes")
+    agg.next_epoch()
+    agg.next_epoch()
+    beta, gamma = agg.step_sizes()
+    assert beta == pytest.approx(0.05 / math.sqrt(3), rel=1e-15)
+    assert gamma == pytest.approx(0.1 / math.sqrt(3), rel=1e-15)
+
+
+def test_a_loss_dependent_base_gets_the_losses():
+    """"X + MoCo" with EPO-AL (which needs the losses): the direction is EPO-AL on the tracked Y."""
+    g = torch.tensor([[1.0, 0.5, 0.0], [0.0, 2.0, 1.0]], dtype=torch.float64)
+    losses = torch.tensor([0.3, 1.2], dtype=torch.float64)
+    agg = build("moco", base="epo_al", beta0=1.0, beta_pow=0.0)  # β = 1: Y = G after one call
+    assert agg.needs_losses
+    expected = build("epo_al", check_finite="off")(g, losses)
+    torch.testing.assert_close(agg(g, losses), expected, rtol=0, atol=1e-12)
