@@ -133,7 +133,8 @@ def test_sb3_actor_step(name, monkeypatch, float64):
                 q = torch.cat(model.critic(obs, actions), dim=1).min(dim=1).values
                 per_sample = 0.1 * logp.reshape(-1) - q
                 losses = torch.stack([per_sample[obs[:, -k + t] > 0.5].mean() for t in range(k)])
-                model._actor_step(losses, params)
+                samples = (obs[:, -k:] > 0.5).sum(dim=0)  # every task present: all rows aggregated
+                model._actor_step(losses, params, samples)
     _same(models[0].actor.parameters(), models[1].actor.parameters())
 
 
