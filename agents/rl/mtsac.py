@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 from torch.func import functional_call
@@ -40,7 +40,8 @@ from morl.aggregators.famo import FAMO
 from morl.aggregators.mean import Mean
 from morl.gradients import batched_task_grads
 
-AGGREGATE_CHOICES = ("actor", "actor_trunk", "none")
+Aggregate = Literal["actor", "actor_trunk", "none"]  # which losses go through the aggregator
+AGGREGATE_CHOICES: tuple[str, ...] = get_args(Aggregate)
 CRITIC_CHOICES = ("per_task", "shared")
 TASK_INPUT_CHOICES = ("onehot", "none")
 TEMPERATURE_CHOICES = ("per_task", "shared")
@@ -61,7 +62,7 @@ class MTSACConfig:
     target_entropy: float | None = None
     batch_size: int = 1280
     buffer_capacity: int = 1_000_000
-    aggregate: Literal["actor", "actor_trunk", "none"] = "actor"
+    aggregate: Aggregate = "actor"
     aggregate_critic: bool = False
     grad_clip: float | None = None
     actor_update_freq: int = 1
