@@ -72,3 +72,23 @@ def test_a_loss_dependent_base_gets_the_losses():
     assert agg.needs_losses
     expected = build("epo_al", check_finite="off")(g, losses)
     torch.testing.assert_close(agg(g, losses), expected, rtol=0, atol=1e-12)
+
+
+def test_paper_order_hands_the_losses_to_the_base():
+    """order="paper" (Jacobi): call k applies the base to Y_k, the Y before this call's tracking;
+    with β = 1 that is 0, then G. EPO-AL is stateful, so the reference sees the same two calls."""
+    g = torch.tensor([[1.0, 0.5, 0.0], [0.0, 2.0, 1.0]], dtype=torch.float64)
+    losses = torch.tensor([0.3, 1.2], dtype=torch.float64)
+    agg = build("moco", base="epo_al", beta0=1.0, beta_pow=0.0, order="paper")
+    reference = build("epo_al", check_finite="off")
+    for y in (torch.zeros_like(g), g):
+        torch.testing.assert_close(agg(g, losses), reference(y, losses), rtol=0, atol=1e-12)
+
+
+def test_grad_norm_l2_tracks_unit_rows():
+    """grad_norm="l2" (no losses needed): rows g/(‖g‖ + 1e-8) before tracking; ‖g1‖ = 1, ‖g2‖ = 3."""
+    agg = build("moco", grad_norm="l2", beta0=1.0, beta_pow=0.0)
+    assert not agg.needs_losses
+    agg(G)
+    expected = torch.tensor([[1 / (1 + 1e-8), 0.0], [0.0, 3 / (3 + 1e-8)]], dtype=torch.float64)
+    torch.testing.assert_close(agg.y, expected, rtol=0, atol=1e-15)
