@@ -46,18 +46,26 @@ class Interrupted(KeyboardInterrupt):
 
 
 @contextmanager
+def signals_to(handler) -> Iterator[None]:
+    """Route SIGINT/SIGTERM to ``handler`` inside the block, then restore the previous handlers
+    (main thread only: elsewhere signal handlers cannot be installed and the block runs as is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
 def deferred_stop() -> Iterator[StopRequest]:
     """Route SIGINT/SIGTERM to a :class:`StopRequest` inside the block (main thread only)."""
     stop = StopRequest()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop  # signal handlers can only be installed from the main thread
-        return
-    previous = {sig: signal.signal(sig, stop._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with signals_to(stop._handle):
         yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @contextmanager
@@ -65,16 +73,8 @@ def immediate_stop(message: str) -> Iterator[None]:
     """Inside the block a SIGINT/SIGTERM raises :class:`Interrupted` (``message``) at once: for
     work that is safe to abandon because resuming redoes it from the last checkpoint (a run's
     final evaluation, e.g. FORUM's baselines), so a scheduler's SIGTERM never waits for it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
     def handle(signum, frame):
         raise Interrupted(f"{signal.Signals(signum).name}: {message}")
 
-    previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with signals_to(handle):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -343,7 +343,7 @@ def test_a_second_driver_on_the_same_sweep_stops_with_one_line(tmp_path, capsys)
         held.flush()
         fcntl.flock(held, fcntl.LOCK_EX)
         assert morl("sweep", spec) == 2
-    assert "is being run by another morl sweep (pid 4242)" in capsys.readouterr().err
+    assert "is in use by another morl process (pid 4242); wait for that morl sweep" in capsys.readouterr().err
     assert not (folder / "manifest.json").exists()
 
 

@@ -4,7 +4,6 @@ directory per cell, ``logs/`` and ``status.json``; one sweep driver at a time (`
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -69,35 +68,20 @@ def check_manifest(folder: Path, cells: list[Cell]) -> None:
 
 def claim_sweep(folder: Path) -> None:
     """Lock the sweep directory for this driver (two drivers would run the same cells)."""
-    import fcntl
+    from morl.runners.locks import acquire
 
-    key = str(folder.resolve())
-    if key in _held:
-        return
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot create the sweep directory {str(folder)!r} ({exc.strerror}); set a writable out_dir") from None
-    handle = open(folder / LOCK, "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        owner = handle.read().strip() or "unknown"
-        handle.close()
-        raise UserError(f"sweep {str(folder)!r} is being run by another morl sweep (pid {owner}); "
-                        "wait for it or stop it first") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
-    _held[key] = handle
+    key = str(folder.resolve())
+    if key not in _held:
+        _held[key] = acquire(folder / LOCK, f"sweep {str(folder)!r}", "wait for that morl sweep or stop it first")
 
 
 def release_sweep(folder: Path) -> None:
-    import fcntl
+    from morl.runners.locks import release
 
     handle = _held.pop(str(folder.resolve()), None)
     if handle is not None:
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+        release(handle)

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from collections.abc import Iterator
 from pathlib import Path
 
-from morl.runners.interrupts import DUPLICATE_SECONDS
+from morl.runners.interrupts import DUPLICATE_SECONDS, signals_to
 
 STOP_FILE = ".stop"
 
@@ -52,15 +51,10 @@ class SweepStop:
 
 @contextmanager
 def sweep_stop(folder: Path) -> Iterator[SweepStop]:
+    """Route SIGINT/SIGTERM to a :class:`SweepStop` inside the block (main thread only)."""
     stop = SweepStop(folder)
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        stop.clear()
-        return
-    previous = {sig: signal.signal(sig, stop._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield stop
+        with signals_to(stop._handle):
+            yield stop
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         stop.clear()
