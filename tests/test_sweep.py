@@ -83,11 +83,15 @@ def test_list_entries_bases_and_unsafe_values_give_unique_safe_names(tmp_path):
                       list=[{"aggregator.name": "moco", "aggregator.options": {"base": "cagrad"}}, {"aggregator.name": "a/b"},
                             {"aggregator.name": "a b"}], grid={"agent.actor_lr": [0.001, 0.0003]})
     names = [c.name for c in expand(load_spec(path))]
-    assert names[:2] == ["quickstart_point_mass-moco-options_base_cagrad-actor_lr0.001",
-                          "quickstart_point_mass-moco-options_base_cagrad-actor_lr0.0003"]
+    assert names[:2] == ["quickstart_point_mass-moco-base_cagrad-actor_lr0.001",
+                          "quickstart_point_mass-moco-base_cagrad-actor_lr0.0003"]
     assert names[2:6] == ["quickstart_point_mass-a_b-actor_lr0.001", "quickstart_point_mass-a_b-actor_lr0.0003",
                           "quickstart_point_mass-a_b-actor_lr0.001-2", "quickstart_point_mass-a_b-actor_lr0.0003-2"]
     assert len(set(names)) == len(names) == 12
+    # empty values say nothing; a mapping is named item by item
+    path = write_spec(tmp_path, list=[{"aggregator.name": "mean", "aggregator.options": {}},
+                                      {"aggregator.name": "cagrad", "aggregator.options": {"c": 0.5}}], seeds=[0])
+    assert [c.name for c in expand(load_spec(path))] == ["mean-s0", "cagrad-c0.5-s0"]
     assert all(n.replace("-", "").replace("_", "").replace(".", "").isalnum() for n in names)
 
 

@@ -84,10 +84,22 @@ def _check_disjoint(spec: SweepSpec, command: str) -> None:
 
 
 def _label(key: str, value: Any) -> str:
+    """A value as a name part: a string as is, a number or list after its key's last part
+    (``actor_lr0.001``), a mapping item by item (``{c: 0.5}`` -> ``c0.5``); empty values say
+    nothing and are left out."""
+    if value is None or value == "" or value == [] or value == {}:
+        return ""
     if isinstance(value, str):
         return _safe(value)
-    text = override_text(key, value).split("=", 1)[1]
-    return _safe(key.rsplit(".", 1)[-1] + text)
+    if isinstance(value, dict):
+        return "_".join(filter(None, (_item(str(k), v) for k, v in value.items())))
+    return _item(key.rsplit(".", 1)[-1], value)
+
+
+def _item(name: str, value: Any) -> str:
+    if isinstance(value, str):
+        return _safe(f"{name}_{value}")
+    return _safe(name + override_text(name, value).split("=", 1)[1])
 
 
 def _safe(text: str) -> str:
@@ -95,7 +107,8 @@ def _safe(text: str) -> str:
 
 
 def _name(base: str, group: dict[str, Any], seed: int | None) -> str:
-    parts = [_label(k, v) for k, v in group.items()] + ([f"s{seed}"] if seed is not None else [])
+    parts = [label for label in (_label(k, v) for k, v in group.items()) if label]
+    parts += [f"s{seed}"] if seed is not None else []
     return "-".join(parts) or _safe(Path(base).stem)
 
 
