@@ -115,8 +115,8 @@ def to_csv(s: dict[str, Any]) -> str:
 PROTOCOLS = (
     "*final*: each run's last evaluation, one score per run and task; mean and IQM (interquartile mean) pool "
     "runs x tasks (Meta-World+ protocol, McLean et al. 2025, arXiv:2505.11289). *best over training*: per run, the "
-    "best (highest; lowest for a lower-is-better metric) mean-over-tasks score over its evaluation points, averaged over runs (the MT10 tables of CAGrad and "
-    "MoCo, arXiv:2110.14048, arXiv:2210.12624 Table 9)."
+    "best (highest; lowest for a lower-is-better metric) mean-over-tasks score over its evaluation points, "
+    "averaged over runs (the MT10 tables of CAGrad and MoCo, arXiv:2110.14048, arXiv:2210.12624 Table 9)."
 )
 
 
