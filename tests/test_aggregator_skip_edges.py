@@ -1,0 +1,75 @@
+"""The ``check_finite="skip"`` policy of ``Aggregator.forward`` (morl/aggregators/base.py) in the
+cases the contract suite does not reach: a non-finite loss with finite gradients, a non-finite
+direction from finite gradients (float32 overflow), the first clean call on the CPU fast path,
+nested state (a stateful base inside MoCo), and the counters, which a skipped call never rolls
+back. References are hand values or the same calls under ``check_finite="off"``; no seed."""
+
+import pytest
+import torch
+
+from morl.aggregators import build
+
+FINITE = torch.tensor([[1.0, 0.5, 0.0], [0.0, 2.0, 1.0]], dtype=torch.float64)
+
+
+def test_a_non_finite_loss_zeroes_the_step_and_the_weights():
+    """Mean ignores the losses, so its direction stays finite: only the loss check can skip it."""
+    agg = build("mean", check_finite="skip")
+    out = agg(FINITE, torch.tensor([1.0, float("nan")], dtype=torch.float64))
+    assert torch.equal(out, torch.zeros(3, dtype=torch.float64))
+    assert torch.equal(agg.weights, torch.zeros(2, dtype=torch.float64))
+    assert agg.stats["nonfinite_steps"].item() == 1
+
+
+@pytest.mark.parametrize("name", ["mean", "cagrad"])
+def test_an_overflowing_direction_from_finite_rows_is_zeroed(name):
+    """float32 rows of 3e38: each is finite, their sum is not (max float32 is 3.4e38). CAGrad is a
+    Gramian method (its input check passes on the host), Mean is not (a device flag)."""
+    rows = torch.tensor([[3e38, 1.0], [3e38, 1.0]], dtype=torch.float32)
+    assert not torch.isfinite(build(name, check_finite="off")(rows)).all()  # the case is real
+    agg = build(name, check_finite="skip")
+    assert torch.equal(agg(rows), torch.zeros(2))
+    assert agg.stats["nonfinite_steps"].item() == 1
+
+
+def test_a_clean_call_on_the_host_path_starts_the_counter_at_zero():
+    """MGDA on a CPU Gramian: both checks pass on the host; the counter still exists, an int64 0-d 0."""
+    agg = build("mgda", check_finite="skip")
+    out = agg(FINITE)
+    torch.testing.assert_close(out, build("mgda", check_finite="off")(FINITE), rtol=0, atol=0)
+    counter = agg.stats["nonfinite_steps"]
+    assert counter.dtype == torch.int64 and counter.shape == () and counter.item() == 0
+
+
+def test_a_skipped_call_restores_the_state_of_a_nested_base():
+    """MoCo(base=EPO-AL): MoCo's λ is unchanged by the base path, EPO-AL's buffer p comes after
+    it; every persistent buffer must be as after the last finite call."""
+    losses = torch.tensor([0.3, 1.2], dtype=torch.float64)
+    agg = build("moco", base="epo_al", check_finite="skip")
+    agg(FINITE, losses)
+    saved = {k: v.clone() for k, v in agg.state_dict().items() if isinstance(v, torch.Tensor)}  # buffers
+    bad = FINITE.clone()
+    bad[1, 2] = float("nan")
+    assert torch.equal(agg(bad, losses), torch.zeros(3, dtype=torch.float64))
+    after = agg.state_dict()
+    assert any(key.startswith("base.") for key in saved)  # EPO-AL's p is in the state
+    for key, value in saved.items():
+        if "nonfinite_steps" not in key:
+            assert torch.equal(after[key], value), key
+
+
+def test_a_skipped_call_keeps_the_not_converged_count():
+    """The counters are never rolled back: MGDA warm-started with one FISTA step on a K = 8 NaN
+    Gramian counts the unconverged solve, as the same calls with the check off do."""
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(8, 20, generator=gen, dtype=torch.float64)
+    calls = [base + 0.1 * torch.randn(8, 20, generator=gen, dtype=torch.float64) for _ in range(3)]
+    bad = base.clone()
+    bad[0, 0] = float("nan")
+    skip = build("mgda", warm_start=True, max_iter=1, check_finite="skip")
+    off = build("mgda", warm_start=True, max_iter=1, check_finite="off")
+    for j in [*calls, bad]:
+        skip(j)
+        off(j)
+    assert off.stats["not_converged"].item() >= 1  # the NaN solve is counted
+    assert skip.stats["not_converged"].item() == off.stats["not_converged"].item()
