@@ -165,7 +165,9 @@ def _one_cpu_problem(g_hat: torch.Tensor, c: torch.Tensor) -> bool:
     return reads_are_free(g_hat) and g_hat.dim() == 2 and c.dim() == 2
 
 
-def pdas_steps(g_hat: torch.Tensor, c: torch.Tensor, free: torch.Tensor, tol: float, rounds: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pdas_steps(
+    g_hat: torch.Tensor, c: torch.Tensor, free: torch.Tensor, tol: float, rounds: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Primal-dual active-set rounds (Hintermüller, Ito & Kunisch 2003) from the free set
     ``free`` ([B, K], CPU, one Gramian): each round solves every unfinished problem on its free
     set F (y_A = c_A, Ĝ_FF y_F = −Ĝ_FA c_A) and stops it when y is optimal: y_F ≥ c_F and
