@@ -73,8 +73,8 @@ def solve_dense(a: list[list[float]], b: list[float]) -> list[float] | None:
 
 def free_set_solution(g_hat: list[list[float]], c: list[float], free: list[bool]) -> list[float] | None:
     """y with y_A = c_A and Ĝ_FF y_F = −Ĝ_FA c_A (unclamped); None on a zero pivot."""
-    f = [i for i in range(len(c)) if free[i]]
-    y = [0.0 if free[i] else c[i] for i in range(len(c))]
+    f = [i for i, fi in enumerate(free) if fi]
+    y = [0.0 if fi else ci for fi, ci in zip(free, c)]
     if f:
         rhs = [-sum(map(mul, g_hat[i], y)) for i in f]
         x = solve_dense([[g_hat[i][j] for j in f] for i in f], rhs)
@@ -89,19 +89,21 @@ def pdas_host(g_hat, c: list[float], free: list[bool], tol: float, rounds: int) 
     """One problem's primal-dual active-set rounds (the rule of
     :func:`morl.solvers.dual_cone.pdas_steps`): ``(max(z, c), free)`` at the optimum, or None
     when ``rounds`` did not reach it."""
-    k = len(c)
-    cmax = max(abs(x) for x in c)
+    cmax = max(map(abs, c))
     for _ in range(rounds):
         y = free_set_solution(g_hat, c, free)
         if y is None:
             return None
         mu = [sum(map(mul, row, y)) for row in g_hat]
-        scale = max(cmax, math.sqrt(max(sum(map(mul, y, mu)), 0.0)))
-        feasible = [y[i] >= c[i] - SLACK * scale for i in range(k)]
-        wants_in = [mu[i] < -tol * scale for i in range(k)]
-        if all(feasible[i] if free[i] else not wants_in[i] for i in range(k)):
-            return [max(a, b) for a, b in zip(y, c)], free
-        free = [feasible[i] if free[i] else wants_in[i] for i in range(k)]
+        quad = sum(map(mul, y, mu))
+        scale = max(cmax, math.sqrt(quad)) if quad > 0.0 else cmax
+        lim, low = SLACK * scale, -tol * scale
+        # the next free set: the free rows that are feasible, the active rows that want in;
+        # it equals the current one exactly when y satisfies the KKT conditions
+        nxt = [(yi >= ci - lim) if fi else (mi < low) for fi, yi, ci, mi in zip(free, y, c, mu)]
+        if nxt == free:
+            return [a if a > b else b for a, b in zip(y, c)], free
+        free = nxt
     return None
 
 
