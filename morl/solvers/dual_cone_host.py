@@ -22,9 +22,9 @@ from morl.solvers.min_norm import ZERO_ROW
 #: sides). A problem's rounds cost about K² Python multiply-adds plus an elimination on its
 #: free set only (UPGrad's K problems free ~K/3 rows each on conflicting gradients), while a
 #: batched torch round costs ~40 ops at any small size. Measured on the benchmark's matrices
-#: (1 thread, warm start, µs of CPU time, Python / torch): B = K: K = 2 18 / 190, K = 5
-#: 73 / 196, K = 10 223 / 208 (even), K = 12 about 2x slower in Python (loaded machine: 1570
-#: / 840 wall); B = 1: K = 10 27 / 122, K = 16 150 / 650 (wall, loaded).
+#: (1 thread, warm start, µs of CPU time, Python / torch): B = K: K = 2 16 / 197, K = 5
+#: 64 / 200, K = 10 195 / 215 (even), K = 12 about 2x slower in Python (loaded machine: 1570
+#: / 840 wall); B = 1: K = 10 25 / 124, K = 16 150 / 650 (wall, loaded).
 HOST_MAX_K = 16
 HOST_MAX_WORK = 1000
 #: Relative feasibility slack of a free row, as :func:`morl.solvers.dual_cone.active_set_steps`.
