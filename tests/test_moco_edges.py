@@ -92,3 +92,27 @@ def test_grad_norm_l2_tracks_unit_rows():
     agg(G)
     expected = torch.tensor([[1 / (1 + 1e-8), 0.0], [0.0, 3 / (3 + 1e-8)]], dtype=torch.float64)
     torch.testing.assert_close(agg.y, expected, rtol=0, atol=1e-15)
+
+
+def test_grad_norm_loss_scales_rows_by_their_losses():
+    """grad_norm="loss" (no normalisation): rows g_m · f_m before tracking."""
+    agg = build("moco", grad_norm="loss", beta0=1.0, beta_pow=0.0)
+    agg(G, torch.tensor([2.0, 0.5], dtype=torch.float64))
+    torch.testing.assert_close(agg.y, torch.tensor([[2.0, 0.0], [0.0, 1.5]], dtype=torch.float64), rtol=0, atol=0)
+
+
+def test_one_radius_clips_each_row_on_its_own():
+    """Π_L of (6) with one radius for all K = 3 rows (norms 3, 0.5, 2 with β = 1): a row longer
+    than the radius is scaled back onto the sphere, a shorter one is left as it is."""
+    g = torch.tensor([[3.0, 0.0], [0.0, 0.5], [1.2, 1.6]], dtype=torch.float64)
+    agg = build("moco", y_radius=1.0, beta0=1.0, beta_pow=0.0)
+    agg(g)
+    expected = torch.tensor([[1.0, 0.0], [0.0, 0.5], [0.6, 0.8]], dtype=torch.float64)
+    torch.testing.assert_close(agg.y, expected, rtol=0, atol=1e-15)
+
+
+def test_a_changed_dtype_asks_for_reset():
+    agg = build("moco")
+    agg(G)
+    with pytest.raises(ValueError, match="reset"):
+        agg(G.to(torch.float32))
