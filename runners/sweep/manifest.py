@@ -59,11 +59,17 @@ def check_manifest(folder: Path, cells: list[Cell]) -> None:
         now = new[name]
         was = (cell.get("command"), cell.get("config"), list(cell.get("overrides", [])))
         if was != (now.command, now.config, list(now.overrides)):
-            same_file = Path(str(was[1])).name == Path(now.config).name
-            then, there = (was[1], now.config) if same_file and was[1] != now.config else (Path(str(was[1])).name, Path(now.config).name)
+            then, there = _shown(str(was[1]), now.config)
             raise UserError(f"cell {name!r} of {folder} ran `{was[0]} {then} {' '.join(was[2])}`, "
                             f"the spec now gives `{now.command} {there} {' '.join(now.overrides)}`; "
                             "give the sweep a new name or out_dir (or run it from the directory it was started in)")
+
+
+def _shown(then: str, now: str) -> tuple[str, str]:
+    """Config files by name, or by full path when only their folders differ (run from elsewhere)."""
+    if Path(then).name == Path(now).name and then != now:
+        return then, now
+    return Path(then).name, Path(now).name
 
 
 def claim_sweep(folder: Path) -> None:
