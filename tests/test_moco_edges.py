@@ -116,3 +116,18 @@ def test_a_changed_dtype_asks_for_reset():
     agg(G)
     with pytest.raises(ValueError, match="reset"):
         agg(G.to(torch.float32))
+
+
+def test_a_skipped_first_call_leaves_the_starting_state():
+    """check_finite="skip" on a NaN first call puts back Y = 0 and λ = (½, ½) (constant steps, so
+    the counter that advanced does not matter); the next call is then the first step by hand:
+    y = 0.5·G, v = λ0 − 0.4·YYᵀλ0 = (0.45, 0.05), λ1 = (0.7, 0.3), d = λ1·y = (0.35, 0.45)."""
+    agg = build("moco", beta0=0.5, beta_pow=0.0, gamma0=0.4, gamma_pow=0.0, check_finite="skip")
+    bad = G.clone()
+    bad[0, 0] = float("nan")
+    agg(bad)
+    assert agg.stats["nonfinite_steps"].item() == 1
+    out = agg(G)
+    torch.testing.assert_close(agg.y, 0.5 * G, rtol=0, atol=1e-15)
+    torch.testing.assert_close(agg.weights, torch.tensor([0.7, 0.3], dtype=torch.float64), rtol=0, atol=1e-12)
+    torch.testing.assert_close(out, torch.tensor([0.35, 0.45], dtype=torch.float64), rtol=0, atol=1e-12)
