@@ -80,7 +80,7 @@ def test_repository_folders_map_into_the_morl_namespace():
 def test_the_core_depends_on_torch_only_and_every_capability_has_an_extra():
     assert [d.split(">")[0].split("=")[0] for d in PYPROJECT["project"]["dependencies"]] == ["torch"]
     extras = PYPROJECT["project"]["optional-dependencies"]
-    capabilities = {"cli", "rl", "sb3", "supervised", "fl", "prompt", "data", "test"}
+    capabilities = {"cli", "rl", "sb3", "supervised", "fl", "prompt", "data", "sweep", "test"}
     assert capabilities <= set(extras)
     (everything,) = extras["all"]
     assert set(everything.removeprefix("morl[").removesuffix("]").split(",")) == capabilities

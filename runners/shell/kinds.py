@@ -19,7 +19,7 @@ KINDS: dict[str, str] = {
 }
 
 # Before run.json: (keys only this kind's config has, kind); anything else is RL.
-_LEGACY_KEYS = (
+_KIND_KEYS = (
     (("prompts", "dispatcher"), "prompt"),
     (("strategy", "engine"), "fl"),
     (("data", "epochs"), "supervised"),
@@ -45,5 +45,9 @@ def kind_of(run_dir: str | Path) -> str:
     info = read_run_info(run_dir)
     if info is not None and info.get("kind") in KINDS:
         return info["kind"]
-    cfg = read_yaml(Path(run_dir) / CONFIG_FILE)
-    return next((kind for keys, kind in _LEGACY_KEYS if all(k in cfg for k in keys)), "rl")
+    return kind_of_config(read_yaml(Path(run_dir) / CONFIG_FILE))
+
+
+def kind_of_config(data: dict) -> str:
+    """The kind a config belongs to, from the top-level keys only that kind has (else RL)."""
+    return next((kind for keys, kind in _KIND_KEYS if all(k in data for k in keys)), "rl")

@@ -22,10 +22,10 @@ def seed_key(command: str) -> str:
 def command_of_config(path: str | Path) -> str:
     """The subcommand that runs a config file, from the top-level keys only its kind has."""
     from morl.runners.config import read_yaml
-    from morl.runners.shell.kinds import _LEGACY_KEYS  # the shell's one table of kind-specific keys
+    from morl.runners.shell.kinds import kind_of_config
 
     data = read_yaml(path)
-    kind = next((kind for keys, kind in _LEGACY_KEYS if all(k in data for k in keys)), "rl")
+    kind = kind_of_config(data)
     return KIND_COMMAND[kind]
 
 
