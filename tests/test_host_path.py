@@ -25,6 +25,7 @@ CASES = {
     "krum": [{}, {"score": "distance"}, {"n_byzantine": 1, "m": 2}],
     "mgda": [{}],
     "pcgrad": [{}, {"reduction": "sum"}],
+    "gradvac": [{"beta": 0.5}, {"beta": 0.5, "reduction": "sum"}],
     "upgrad": [{}, {"reg_eps": 1e-4}],
     "dualproj": [{}, {"reg_eps": 1e-4}],
 }
@@ -53,7 +54,7 @@ def _torch_path(name: str, opts: dict, grads: torch.Tensor, monkeypatch) -> torc
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("name, opts", PARAMS, ids=[f"{n}-{o}" for n, o in PARAMS])
 def test_python_path_matches_the_torch_path(name, opts, dtype, monkeypatch):
-    ks = [2] if name in ("mgda", "pcgrad") else [2, 3, 5, 10, 16]  # MGDA/PCGrad: K = 2 closed forms
+    ks = [2] if name in ("mgda", "pcgrad", "gradvac") else [2, 3, 5, 10, 16]  # K = 2 closed forms
     for k in ks:
         if name == "krum" and k < 2 * opts.get("n_byzantine", 0) + 3:
             continue
@@ -79,3 +80,25 @@ def test_python_path_is_taken_only_where_reading_is_free():
     bad[0, 1] = float("inf")
     assert _host.gramian_rows(bad) is None
     assert _host.gramian_rows(torch.eye(3, device="meta")) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gradvac_state_and_draws_follow_the_torch_path(dtype, monkeypatch):
+    """GradVac at K = 2 over several calls: the same weights, the same EMA targets, and the
+    same generator state afterwards (its Python path draws no orders: randperm(1) takes
+    nothing from a CPU generator), so every later draw is the same too."""
+    import morl.aggregators.gradvac as gradvac
+
+    gen = torch.Generator().manual_seed(3)
+    seq = [torch.randn(2, 30, generator=gen, dtype=dtype) for _ in range(4)]
+    seq[2][1] = -seq[2][0]  # opposite rows: phi = -1
+    seq[3][0] = 0  # a zero row: the cosine counts as 0
+    host, ref = build("gradvac", beta=0.3), build("gradvac", beta=0.3)
+    for grads in seq:
+        host(grads)
+        with monkeypatch.context() as patch:
+            patch.setattr(gradvac, "gramian_rows", lambda gram: None)
+            ref(grads)
+        torch.testing.assert_close(host.weights, ref.weights, rtol=1e-12, atol=0)
+        torch.testing.assert_close(host.targets, ref.targets, rtol=1e-12, atol=1e-300)
+    assert torch.equal(host._generator_for(torch.device("cpu")).get_state(), ref._generator_for(torch.device("cpu")).get_state())

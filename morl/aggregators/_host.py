@@ -53,6 +53,7 @@ def eps(dtype: torch.dtype) -> float:
 _EPS = {dt: torch.finfo(dt).eps for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
 
 
-def weights_tensor(values: list[float], like: torch.Tensor) -> torch.Tensor:
-    """The finished weights as a [K] tensor in ``like``'s dtype, on the CPU."""
-    return torch.tensor(values, dtype=like.dtype)
+def weights_tensor(values: list, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The finished weights (or other small state, e.g. GradVac's targets) as a tensor in
+    ``dtype`` (default ``like``'s dtype), on the CPU."""
+    return torch.tensor(values, dtype=like.dtype if dtype is None else dtype)
