@@ -106,25 +106,46 @@ def last_checkpoint(run_dir: str | Path) -> Path:
 
 def check_config_unchanged(run_dir: Path, config: dict[str, Any], overrides: list[str], stored: dict[str, Any] | None = None) -> None:
     """Refuse to resume when ``config.yaml`` no longer equals the config the checkpoint was
-    written with, except for keys given explicitly as overrides on this command line."""
+    written with, except for keys given explicitly as overrides on this command line.
+
+    A key that neither the checkpoint's config nor ``config.yaml`` has is a setting added to
+    morl after the run started: it takes its default and is not an edit.
+    """
     if stored is None:
         from morl.runners.checkpoint import torch_load
 
         stored = torch_load(last_checkpoint(run_dir)).get("config")
     if stored is None:
         return
+    from morl.runners.config import read_yaml
+
+    written = set(_leaves(read_yaml(run_dir / CONFIG_FILE)))  # every key the file itself has
     given = {item.split("=", 1)[0].strip() for item in overrides}
     for key, (old, new) in _differences(stored, config).items():
-        if key not in given:
-            raise UserError(f"{run_dir / CONFIG_FILE} was edited since the last checkpoint ({key}: {old!r} -> {new!r}); "
-                            f"undo the edit, or pass {key}=... on the command line if the change is intended and allowed")
+        if key in given or (old is _MISSING and key not in written):
+            continue
+        old = None if old is _MISSING else old
+        raise UserError(f"{run_dir / CONFIG_FILE} was edited since the last checkpoint ({key}: {old!r} -> {new!r}); "
+                        f"undo the edit, or pass {key}=... on the command line if the change is intended and allowed")
+
+
+_MISSING = object()
+
+
+def _leaves(data: Any, prefix: str = ""):
+    """Dotted keys of the leaves of a nested dict (a dict's own key too, for free-form options)."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            yield f"{prefix}{key}"
+            yield from _leaves(value, f"{prefix}{key}.")
 
 
 def _differences(old: Any, new: Any, prefix: str = "") -> dict[str, tuple[Any, Any]]:
+    """Dotted key -> (old, new) for every leaf that differs; ``_MISSING`` where a side lacks it."""
     if isinstance(old, dict) and isinstance(new, dict):
         out: dict[str, tuple[Any, Any]] = {}
         for key in sorted(set(old) | set(new), key=str):
-            out.update(_differences(old.get(key), new.get(key), f"{prefix}{key}."))
+            out.update(_differences(old.get(key, _MISSING), new.get(key, _MISSING), f"{prefix}{key}."))
         return out
     return {} if old == new else {prefix[:-1]: (old, new)}
 

@@ -193,3 +193,24 @@ def test_require_names_the_key_its_value_and_what_is_allowed(rules, message):
     with pytest.raises(UserError) as exc:
         require(cfg, rules, prefix="sec.")
     assert str(exc.value) == message
+
+
+def test_a_setting_added_to_morl_after_the_run_started_does_not_block_its_resume(quadratic, tmp_path, capsys):
+    import torch
+    import yaml
+
+    run_dir = commands.start("quadratic", quadratic(tmp_path, steps=6), run_dir=tmp_path / "r", progress=False)
+    # the run as an older morl wrote it: neither its config.yaml nor its checkpoint has `noise`
+    state = torch_load(run_dir / "checkpoints" / "last.pt")
+    del state["config"]["noise"]
+    torch.save(state, run_dir / "checkpoints" / "last.pt")
+    data = yaml.safe_load((run_dir / "config.yaml").read_text())
+    del data["noise"]
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(data))
+    assert morl(["resume", str(run_dir), "steps=8"]) == 0 and _last(run_dir)["position"] == 8
+    # ... but a key the user wrote into config.yaml is an edit
+    data["lr"] = 0.5
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(data))
+    capsys.readouterr()
+    assert morl(["resume", str(run_dir), "steps=9"]) == 2
+    assert "lr: 0.1 -> 0.5" in capsys.readouterr().err
