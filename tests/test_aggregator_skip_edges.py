@@ -21,14 +21,15 @@ def test_a_non_finite_loss_zeroes_the_step_and_the_weights():
     assert agg.stats["nonfinite_steps"].item() == 1
 
 
+@pytest.mark.parametrize("columns", [2, 1])
 @pytest.mark.parametrize("name", ["mean", "cagrad"])
-def test_an_overflowing_direction_from_finite_rows_is_zeroed(name):
+def test_an_overflowing_direction_from_finite_rows_is_zeroed(name, columns):
     """float32 rows of 3e38: each is finite, their sum is not (max float32 is 3.4e38). CAGrad is a
     Gramian method (its input check passes on the host), Mean is not (a device flag)."""
-    rows = torch.tensor([[3e38, 1.0], [3e38, 1.0]], dtype=torch.float32)
+    rows = torch.tensor([[3e38, 1.0], [3e38, 1.0]], dtype=torch.float32)[:, :columns]
     assert not torch.isfinite(build(name, check_finite="off")(rows)).all()  # the case is real
     agg = build(name, check_finite="skip")
-    assert torch.equal(agg(rows), torch.zeros(2))
+    assert torch.equal(agg(rows), torch.zeros(columns))
     assert agg.stats["nonfinite_steps"].item() == 1
 
 
@@ -73,3 +74,20 @@ def test_a_skipped_call_keeps_the_not_converged_count():
         off(j)
     assert off.stats["not_converged"].item() >= 1  # the NaN solve is counted
     assert skip.stats["not_converged"].item() == off.stats["not_converged"].item()
+
+
+@pytest.mark.parametrize("mode", ["raise", "skip"])
+def test_no_columns_give_an_empty_direction(mode):
+    """D = 0 (a model with no shared parameters): nothing to check, an empty direction, no error."""
+    agg = build("mean", check_finite=mode)
+    out = agg(torch.zeros(3, 0, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
+    assert out.shape == (0,)
+    if mode == "skip":
+        assert agg.stats["nonfinite_steps"].item() == 0
+
+
+def test_a_non_finite_one_column_row_is_named():
+    """D = 1: the input check, not the output check, reports objective 1's gradient."""
+    grads = torch.tensor([[1.0], [float("inf")], [2.0]], dtype=torch.float64)
+    with pytest.raises(ValueError, match="objective 1 has a non-finite"):
+        build("mean")(grads)

@@ -131,3 +131,14 @@ def test_a_skipped_first_call_leaves_the_starting_state():
     torch.testing.assert_close(agg.y, 0.5 * G, rtol=0, atol=1e-15)
     torch.testing.assert_close(agg.weights, torch.tensor([0.7, 0.3], dtype=torch.float64), rtol=0, atol=1e-12)
     torch.testing.assert_close(out, torch.tensor([0.35, 0.45], dtype=torch.float64), rtol=0, atol=1e-12)
+
+
+def test_options_given_override_the_defaults():
+    """gamma_pow, k0 and schedule given by the user (defaults 0.5, 1, "call"): t = k + k0 = 3 at
+    first, β = 0.5/√3, γ = 0.1 (no decay); a call leaves k alone, an epoch makes t = 4."""
+    agg = build("moco", beta0=0.5, beta_pow=0.5, gamma0=0.1, gamma_pow=0.0, k0=3, schedule="epoch")
+    assert agg.step_sizes() == pytest.approx((0.5 / math.sqrt(3), 0.1), rel=1e-15)
+    agg(G)
+    assert agg.step_sizes() == pytest.approx((0.5 / math.sqrt(3), 0.1), rel=1e-15)
+    agg.next_epoch()
+    assert agg.step_sizes() == pytest.approx((0.25, 0.1), rel=1e-15)
