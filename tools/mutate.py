@@ -34,6 +34,8 @@ _AGGREGATOR_TESTS = (
     "tests/test_epo_al.py",
     "tests/test_toy_moco.py",
     "tests/test_mgda_edges.py",  # after the per-file MGDA run (e371019)
+    "tests/test_moco_edges.py",  # after the per-file MoCo and base runs (dcb4764)
+    "tests/test_aggregator_skip_edges.py",
 )
 
 # module -> (files to mutate, fast test files that cover it + pytest options). Order: the brief's, aggregators last.
@@ -86,7 +88,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # warm-start user): every row reaches base.py, so the full suite would repeat it 600 times.
     "morl/aggregators/base.py": (
         [f"morl/aggregators/{name}.py" for name in ("base", "_warm_start", "_checks")],
-        [*_AGGREGATOR_TESTS, "-k", "mean or pcgrad or moco or warm or check or error or invalid"],
+        [*_AGGREGATOR_TESTS, "-k", "mean or pcgrad or moco or warm or check or error or invalid or skip"],
     ),
 }
 LINKS = ("tests", "configs")  # copied by mutmut into its work tree
