@@ -3,11 +3,6 @@ resumed ends bitwise equal to the uninterrupted run; bad input gives one line an
 ``morl eval`` evaluates a finished run."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +13,7 @@ from morl.runners.cli import main as morl
 from morl.runners.fl.experiment import FLExperiment
 from morl.runners.interrupts import Interrupted
 from morl.runners.shell.commands import resume, start
+from shell_resume_checks import morl_resume, sigterm_after_first_record
 from state_equality import assert_state_equal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,33 +83,14 @@ def test_crashed_run_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
     _assert_same_run(full, crashed, 9)  # the records of round 7 (written before the crash) are not repeated
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "morl.runners.cli", *args]
-
-
 def test_sigterm_checkpoints_and_morl_resume_finishes_the_run(tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     # Long enough (80 rounds, ~2 s of CPU) that the signal arrives mid-run.
-    args = [CONFIG, *TINY, "train.rounds=80", "train.eval_every=4", "train.checkpoint_every=1000", "--no-progress"]
-    start("fl", FLExperiment.load_config(args[0], args[1:-1]), run_dir=tmp_path / "full", progress=False)  # the reference, in process
+    args = [CONFIG, *TINY, "train.rounds=80", "train.eval_every=4", "train.checkpoint_every=1000"]
+    start("fl", FLExperiment.load_config(args[0], args[1:]), run_dir=tmp_path / "full", progress=False)  # the reference, in process
     run_dir = tmp_path / "stopped"
-    proc = subprocess.Popen(_cli("fl", *args, "--run-dir", str(run_dir)), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        metrics, deadline = run_dir / "metrics.jsonl", time.time() + 240
-        while not (metrics.is_file() and metrics.stat().st_size):
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.time() < deadline, "no metrics within 240 s"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err
-    assert "checkpoints/last.pt" in err and f"morl resume {run_dir}" in err
+    sigterm_after_first_record(["fl", *args], run_dir)
     assert 0 < torch_load(run_dir / "checkpoints" / "last.pt")["round"] < 80
-    done = subprocess.run(_cli("resume", str(run_dir), "--no-progress"), env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    morl_resume(run_dir)
     _assert_same_run(tmp_path / "full", run_dir, 80)
 
 

@@ -4,11 +4,6 @@ curriculum, generator, RNGs, dispatcher, metrics); bad input gives one line and 
 run extends like a longer run; ``morl eval`` routes with the stored dispatcher."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +14,7 @@ from morl.runners.cli import main as morl
 from morl.runners.interrupts import Interrupted
 from morl.runners.prompt.experiment import PromptExperiment
 from morl.runners.shell.commands import resume, start
+from shell_resume_checks import morl_resume, sigterm_after_first_record
 from state_equality import assert_state_equal
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "prompt_most.yaml")
@@ -117,33 +113,14 @@ def test_finished_run_says_so_and_extends_like_a_longer_run(full, tmp_path, caps
     _assert_same_run(full, run_dir, 7)
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "morl.runners.cli", *args]
-
-
 def test_sigterm_checkpoints_and_morl_resume_finishes_the_run(tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     # 200 steps (a few seconds of CPU): the signal, sent after step 1's record, arrives mid-run.
-    args = [CONFIG, *TINY, "steps=200", "eval_every=100", "checkpoint_every=1000", "--no-progress"]
-    start("prompt", PromptExperiment.load_config(args[0], args[1:-1]), run_dir=tmp_path / "full", progress=False)  # the reference, in process
+    args = [CONFIG, *TINY, "steps=200", "eval_every=100", "checkpoint_every=1000"]
+    start("prompt", PromptExperiment.load_config(args[0], args[1:]), run_dir=tmp_path / "full", progress=False)  # the reference, in process
     run_dir = tmp_path / "stopped"
-    proc = subprocess.Popen(_cli("prompt", *args, "--run-dir", str(run_dir)), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        metrics, deadline = run_dir / "metrics.jsonl", time.time() + 240
-        while not (metrics.is_file() and metrics.stat().st_size):
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.time() < deadline, "no metrics within 240 s"
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, err
-    assert "checkpoints/last.pt" in err and f"morl resume {run_dir}" in err
+    sigterm_after_first_record(["prompt", *args], run_dir)
     assert 0 < torch_load(run_dir / "checkpoints" / "last.pt")["step"] < 200
-    done = subprocess.run(_cli("resume", str(run_dir), "--no-progress"), env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    morl_resume(run_dir)
     _assert_same_run(tmp_path / "full", run_dir, 200)
 
 
