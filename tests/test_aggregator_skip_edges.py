@@ -91,3 +91,18 @@ def test_a_non_finite_one_column_row_is_named():
     grads = torch.tensor([[1.0], [float("inf")], [2.0]], dtype=torch.float64)
     with pytest.raises(ValueError, match="objective 1 has a non-finite"):
         build("mean")(grads)
+
+
+def test_not_converged_adds_up_the_unconverged_solves():
+    """MGDA at K = 8: the cold solve and a warm start at its own optimum converge (0); one FISTA
+    step from there on a NaN Gramian cannot reach the tolerance (1); a K = 3 call is solved
+    exactly by enumeration and adds nothing: the count stays 1."""
+    base = torch.randn(8, 20, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    bad = base.clone()
+    bad[0, 0] = float("nan")
+    agg = build("mgda", warm_start=True, max_iter=1, check_finite="off")
+    counts = []
+    for j in (base, base, bad, base[:3]):
+        agg(j)
+        counts.append(agg.stats["not_converged"].item())
+    assert counts == [0, 0, 1, 1]

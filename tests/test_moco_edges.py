@@ -97,6 +97,7 @@ def test_grad_norm_l2_tracks_unit_rows():
 def test_grad_norm_loss_scales_rows_by_their_losses():
     """grad_norm="loss" (no normalisation): rows g_m · f_m before tracking."""
     agg = build("moco", grad_norm="loss", beta0=1.0, beta_pow=0.0)
+    assert agg.needs_losses
     agg(G, torch.tensor([2.0, 0.5], dtype=torch.float64))
     torch.testing.assert_close(agg.y, torch.tensor([[2.0, 0.0], [0.0, 1.5]], dtype=torch.float64), rtol=0, atol=0)
 
@@ -142,3 +143,8 @@ def test_options_given_override_the_defaults():
     assert agg.step_sizes() == pytest.approx((0.5 / math.sqrt(3), 0.1), rel=1e-15)
     agg.next_epoch()
     assert agg.step_sizes() == pytest.approx((0.25, 0.1), rel=1e-15)
+
+
+def test_repr_names_the_preset_and_the_options():
+    text = repr(build("moco", preset="office", rho=0.25))
+    assert "preset='office'" in text and "rho=0.25" in text and "lam_grad_scale=2.0" in text
