@@ -5,17 +5,21 @@ matrix to one ``[D]`` descent direction; ``morl.backward(losses, params, aggrega
 it into any ``torch.optim`` loop.
 """
 
-from morl.aggregators import Aggregator, available, build
-
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Aggregator": "morl.aggregators", "available": "morl.aggregators", "build": "morl.aggregators",
+    "backward": "morl.gradients", "per_task_grads": "morl.gradients", "batched_task_grads": "morl.gradients",
+}
 
 
 def __getattr__(name):
-    # Lazy so that `import morl` stays cheap and a missing optional module fails only on use.
-    if name in ("backward", "per_task_grads", "batched_task_grads"):
-        from morl import gradients
+    # Lazy, so that `import morl` (and the command line, morl.runners, which lives in this
+    # namespace) does not import torch until an aggregator or a gradient helper is used.
+    if name in _LAZY:
+        import importlib
 
-        return getattr(gradients, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'morl' has no attribute {name!r}")
 
 

@@ -106,3 +106,12 @@ def test_the_wheel_installs_learners_envs_and_runners_under_morl(tmp_path):
     assert tops == {"morl"}
     for module in ("morl/agents/rl/mtsac.py", "morl/envs/metaworld_env.py", "morl/runners/cli.py", "morl/aggregators/cagrad.py"):
         assert module in names
+
+
+def test_the_command_line_parser_loads_without_torch():
+    # `morl --help` stays instant: the runners live in the morl namespace, whose __init__ is lazy,
+    # and subcommand modules keep their heavy imports inside main().
+    probe = "import sys, morl.runners.cli as c; c.build_parser(); print(sorted(m for m in ('torch', 'numpy', 'yaml') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"
