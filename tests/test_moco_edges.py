@@ -148,3 +148,10 @@ def test_options_given_override_the_defaults():
 def test_repr_names_the_preset_and_the_options():
     text = repr(build("moco", preset="office", rho=0.25))
     assert "preset='office'" in text and "rho=0.25" in text and "lam_grad_scale=2.0" in text
+
+
+@pytest.mark.parametrize("option, value", [("beta0", 0.0), ("out_scale", 0.0), ("k0", 1.5)])
+def test_a_zero_step_or_scale_and_a_fractional_offset_are_refused(option, value):
+    """β0 = 0 would never track, out_scale = 0 never move; k0 counts calls, an int."""
+    with pytest.raises(ValueError, match=option):
+        build("moco", **{option: value})
