@@ -155,3 +155,9 @@ def test_a_zero_step_or_scale_and_a_fractional_offset_are_refused(option, value)
     """β0 = 0 would never track, out_scale = 0 never move; k0 counts calls, an int."""
     with pytest.raises(ValueError, match=option):
         build("moco", **{option: value})
+
+
+@pytest.mark.parametrize("option, value", [("rho", -1.0), ("gamma0", float("nan")), ("beta_pow", True)])
+def test_a_negative_nan_or_bool_number_is_refused(option, value):
+    with pytest.raises(ValueError, match=option):
+        build("moco", **{option: value})
