@@ -1,5 +1,5 @@
-"""The ``check_finite="skip"`` policy of ``Aggregator.forward`` (morl/aggregators/base.py) in the
-cases the contract suite does not reach: a non-finite loss with finite gradients, a non-finite
+"""The input checks and the ``check_finite`` policies of ``Aggregator.forward``
+(morl/aggregators/base.py) in the cases the contract suite does not reach: a non-finite loss with finite gradients, a non-finite
 direction from finite gradients (float32 overflow), the first clean call on the CPU fast path,
 nested state (a stateful base inside MoCo), and the counters, which a skipped call never rolls
 back. References are hand values or the same calls under ``check_finite="off"``; no seed."""
@@ -130,3 +130,24 @@ def test_a_warm_start_is_dropped_when_k_changes():
 def test_max_iter_must_be_a_positive_int(max_iter):
     with pytest.raises(ValueError, match="max_iter"):
         build("mgda", max_iter=max_iter)
+
+
+def test_raise_mode_refuses_an_overflowing_direction():
+    rows = torch.tensor([[3e38, 1.0], [3e38, 1.0]], dtype=torch.float32)
+    with pytest.raises(ValueError, match="non-finite direction"):
+        build("mean")(rows)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3, 4)])
+def test_grads_must_be_a_matrix(shape):
+    with pytest.raises(ValueError, match=r"shape \[K, D\]"):
+        build("mean")(torch.ones(shape))
+
+
+def test_losses_given_as_a_list_are_taken_in_the_gradients_dtype():
+    """MoCo with grad_norm="loss" and β = 1 tracks g_m · f_m: 0.1 as a float64 (through float32
+    it would be 0.1 + 1.5e-9), exactly as the tensor product."""
+    g = torch.tensor([[1.0, 2.0], [3.0, -1.0]], dtype=torch.float64)
+    agg = build("moco", grad_norm="loss", beta0=1.0, beta_pow=0.0)
+    agg(g, [0.1, 0.3])
+    assert torch.equal(agg.y, g * torch.tensor([[0.1], [0.3]], dtype=torch.float64))
