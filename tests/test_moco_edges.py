@@ -164,3 +164,10 @@ def test_a_zero_step_or_scale_and_a_fractional_offset_are_refused(option, value)
 def test_a_negative_nan_or_bool_number_is_refused(option, value):
     with pytest.raises(ValueError, match=option):
         build("moco", **{option: value})
+
+
+def test_the_radius_is_held_in_the_gradients_dtype():
+    """A float64 run clips to the float64 radius 0.1 (as float32 it is 0.1 + 1.5e-9)."""
+    agg = build("moco", y_radius=0.1, beta0=1.0, beta_pow=0.0)
+    agg(G)
+    torch.testing.assert_close(agg.y.norm(dim=1), torch.tensor([0.1, 0.1], dtype=torch.float64), rtol=0, atol=1e-16)
