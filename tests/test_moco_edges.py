@@ -171,3 +171,26 @@ def test_the_radius_is_held_in_the_gradients_dtype():
     agg = build("moco", y_radius=0.1, beta0=1.0, beta_pow=0.0)
     agg(G)
     torch.testing.assert_close(agg.y.norm(dim=1), torch.tensor([0.1, 0.1], dtype=torch.float64), rtol=0, atol=1e-16)
+
+
+@pytest.mark.parametrize("beta_pow, gamma_pow", [(0.5, 0.0), (0.0, 0.5)])
+def test_k0_zero_is_refused_with_a_decaying_step(beta_pow, gamma_pow):
+    """t = k + k0 = 0 on the first call: beta0 / 0**pow is undefined for either decaying step."""
+    with pytest.raises(ValueError, match="k0"):
+        build("moco", k0=0, beta_pow=beta_pow, gamma_pow=gamma_pow)
+
+
+def test_k0_zero_is_allowed_with_constant_steps():
+    agg = build("moco", k0=0, beta0=0.3, beta_pow=0.0, gamma0=0.2, gamma_pow=0.0)
+    assert agg.step_sizes() == (0.3, 0.2)
+
+
+@pytest.mark.parametrize("radius", [0.0, [1.0, 0.0]])
+def test_a_zero_radius_is_refused(radius):
+    with pytest.raises(ValueError, match="y_radius"):
+        build("moco", y_radius=radius)
+
+
+def test_an_unknown_base_is_named():
+    with pytest.raises(ValueError, match="MoCo option base='nope' is not valid"):
+        build("moco", base="nope")
