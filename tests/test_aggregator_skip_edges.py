@@ -89,8 +89,16 @@ def test_no_columns_give_an_empty_direction(mode):
 def test_a_non_finite_one_column_row_is_named():
     """D = 1: the input check, not the output check, reports objective 1's gradient."""
     grads = torch.tensor([[1.0], [float("inf")], [2.0]], dtype=torch.float64)
-    with pytest.raises(ValueError, match="objective 1 has a non-finite"):
+    with pytest.raises(ValueError, match=r"objective 1 has a non-finite \(NaN/inf\) gradient"):
         build("mean")(grads)
+
+
+@pytest.mark.parametrize("name", ["mean", "mgda"])
+def test_raise_mode_names_a_non_finite_loss(name):
+    """Finite rows, a NaN loss: MGDA's rows are known finite on the host, the loss is still read."""
+    losses = torch.tensor([0.5, float("nan")], dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"objective 1 has a non-finite \(NaN/inf\) loss"):
+        build(name)(FINITE, losses)
 
 
 def test_not_converged_adds_up_the_unconverged_solves():
