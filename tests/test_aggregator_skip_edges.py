@@ -159,3 +159,12 @@ def test_losses_given_as_a_list_are_taken_in_the_gradients_dtype():
     agg = build("moco", grad_norm="loss", beta0=1.0, beta_pow=0.0)
     agg(g, [0.1, 0.3])
     assert torch.equal(agg.y, g * torch.tensor([[0.1], [0.3]], dtype=torch.float64))
+
+
+def test_losses_of_another_dtype_are_cast_to_the_gradients():
+    """float64 losses with float32 gradients: MoCo's tracked Y (g·f with β = 1) stays float32."""
+    g = torch.tensor([[1.0, 2.0], [3.0, -1.0]])
+    agg = build("moco", grad_norm="loss", beta0=1.0, beta_pow=0.0)
+    agg(g, torch.tensor([0.5, 2.0], dtype=torch.float64))
+    assert agg.y.dtype == torch.float32
+    assert torch.equal(agg.y, torch.tensor([[0.5, 1.0], [6.0, -2.0]]))
