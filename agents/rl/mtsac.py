@@ -456,6 +456,7 @@ def _adam(params, lr: float) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=lr, foreach=True)
 
 
+@torch.no_grad()  # the bound below is carried from step to step: with grad it would chain a graph forever
 def _guarded_step(opt: torch.optim.Adam, params: list[torch.Tensor], max_norm: float | None,
                   ok: torch.Tensor | None = None) -> torch.Tensor:
     """Clip, then step unless the step could leave a NaN/inf behind (or ``ok`` is False).
