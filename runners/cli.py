@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     from morl.runners.run_dir import release_run_dirs
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     failed = False  # a failed start leaves no half-created run directory behind
     try:
         code = int(importlib.import_module(args._module).main(args) or 0)
@@ -65,6 +65,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         release_run_dirs(failed=failed)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    # argparse fills `key=value ...` only from the positionals right after the config, so
+    # `morl train cfg.yaml --run-dir d seed=1` would reject `seed=1`; overrides may come anywhere
+    args, extra = parser.parse_known_args(argv)
+    overrides = [a for a in extra if "=" in a and not a.startswith("-")]
+    if extra and (overrides != extra or getattr(args, "overrides", None) is None):
+        parser.parse_args(argv)  # argparse's own message and exit 2 for what no command accepts
+    if overrides:
+        args.overrides = [*args.overrides, *overrides]
+    return args
 
 
 def _error(message: str) -> int:
