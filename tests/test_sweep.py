@@ -247,6 +247,30 @@ def test_a_run_still_owned_by_an_earlier_sweeps_process_is_waited_for(tmp_path):
     assert not (folder / "logs" / "s1.log").exists()  # never started by this sweep
 
 
+def test_a_run_owned_by_an_earlier_process_takes_a_slot(tmp_path):
+    # two MT10 runs started by hand plus a sweep at --max-parallel 2 must not make four processes
+    import fcntl
+
+    folder, cells, run = fake_sweep(tmp_path, seeds=[1, 2])
+    (folder / "s1").mkdir()
+    handle = open(folder / "s1" / ".lock", "a+")
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    released = []
+
+    def orphan_ends():
+        time.sleep(1.5)
+        (folder / "s1" / "run.json").write_text(json.dumps({"status": "finished"}))
+        released.append(time.time())
+        handle.close()
+
+    threading.Thread(target=orphan_ends).start()
+    assert run(max_parallel=1) == 0
+    started = json.loads((folder / "status.json").read_text())["cells"]["s2"]["attempts"][0]["started"]
+    started = time.mktime(time.strptime(started, "%Y-%m-%dT%H:%M:%S%z"))  # whole seconds
+    assert started >= int(released[0])  # s2 waited for s1's slot (it would start ~1.5 s before)
+    assert not (folder / "logs" / "s1.log").exists()
+
+
 # ----- real runs: `morl sweep` end to end ----------------------------------------------------
 # tests/test_resume.py's tiny point-mass settings; 120 steps leave the kill below a window of
 # about a second between the first checkpoint (step 20) and the end.

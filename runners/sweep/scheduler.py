@@ -69,17 +69,18 @@ class Scheduler:
             self._launch(queue, busy, stop)
             self._collect(queue, stop)
             if busy and time.monotonic() >= next_busy_look:
-                queue.extend(busy)  # look again: their owner may have ended
+                queue.extendleft(reversed(busy))  # look again first: their owner may have ended
                 busy.clear()
                 next_busy_look = time.monotonic() + BUSY_POLL_SECONDS
-            if not self.running and (queue or busy) and not self._launchable(queue):
+            if not self.running and (queue or busy) and not self._launchable(queue, busy):
                 time.sleep(POLL_SECONDS)
 
-    def _launchable(self, queue: deque) -> bool:
-        return bool(queue) and len(self.running) < self.slots
+    def _launchable(self, queue: deque, busy: deque) -> bool:
+        # a run still owned by an earlier sweep's process works on this machine: it takes a slot
+        return bool(queue) and len(self.running) + len(busy) < self.slots
 
     def _launch(self, queue: deque, busy: deque, stop: SweepStop) -> None:
-        while queue and len(self.running) < self.slots and not stop.requested:
+        while self._launchable(queue, busy) and not stop.requested:
             cell = queue.popleft()
             run_dir = self.folder / cell.run_dir
             action = next_action(run_dir)
