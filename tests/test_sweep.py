@@ -251,7 +251,7 @@ def test_a_run_owned_by_an_earlier_process_takes_a_slot(tmp_path):
     # two MT10 runs started by hand plus a sweep at --max-parallel 2 must not make four processes
     import fcntl
 
-    folder, cells, run = fake_sweep(tmp_path, seeds=[1, 2])
+    folder, cells, run = fake_sweep(tmp_path, seeds=[2, 1])  # the busy cell last: all are looked at first
     (folder / "s1").mkdir()
     handle = open(folder / "s1" / ".lock", "a+")
     fcntl.flock(handle, fcntl.LOCK_EX)

@@ -64,16 +64,25 @@ class Scheduler:
 
     def _drive(self, stop: SweepStop) -> None:
         queue, busy = deque(self.cells), deque()
+        self._set_aside_busy(queue, busy)
         next_busy_look = time.monotonic() + BUSY_POLL_SECONDS
         while (queue or busy or self.running) and not stop.requested:
             self._launch(queue, busy, stop)
             self._collect(queue, stop)
             if busy and time.monotonic() >= next_busy_look:
-                queue.extendleft(reversed(busy))  # look again first: their owner may have ended
+                queue.extendleft(reversed(busy))  # look again: their owner may have ended
                 busy.clear()
+                self._set_aside_busy(queue, busy)
                 next_busy_look = time.monotonic() + BUSY_POLL_SECONDS
             if not self.running and (queue or busy) and not self._launchable(queue, busy):
                 time.sleep(POLL_SECONDS)
+
+    def _set_aside_busy(self, queue: deque, busy: deque) -> None:
+        # all of them before anything starts, since each takes a slot (_launchable)
+        for cell in [c for c in queue if next_action(self.folder / c.run_dir) == BUSY]:
+            queue.remove(cell)
+            busy.append(cell)
+            self.status.set(cell.name, "busy")
 
     def _launchable(self, queue: deque, busy: deque) -> bool:
         # a run still owned by an earlier sweep's process works on this machine: it takes a slot
