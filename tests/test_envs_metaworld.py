@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import metaworld
-from morl.envs import evaluate_policy, make_env
+from morl.envs import default_eval_episodes, evaluate_policy, make_env
 from metaworld.env_dict import MT10_V3
 from metaworld.policies import ENV_POLICY_MAP
 
@@ -50,6 +50,20 @@ def test_mt10_mtrl_goals_are_fixed_and_shared_with_the_eval_env(mt10):
     np.testing.assert_array_equal(mt10.observations()[:, GOAL], first)
     evaluation = make_env("mt10", seed=0, protocol="mtrl", eval=True)  # same seed: cached benchmark
     np.testing.assert_array_equal(evaluation.goal_index, goals)
+
+
+def test_mtrl_evaluation_episodes_repeat_exactly():
+    # fixed goal, fixed initial state, deterministic physics: a deterministic policy's episodes are
+    # one episode repeated, so the mtrl protocol evaluates 1 episode per task (more cost, same number)
+    evaluation = make_env("mt1:push-v3", seed=0, protocol="mtrl", eval=True)
+    def policy(obs):  # deterministic in the observation, not in the call count
+        return np.tanh(np.stack([obs[:, 0] * 7, obs[:, 1] * 5, obs[:, 4] * 3, np.sin(obs[:, 2] * 40)], 1))
+
+    once = evaluate_policy(evaluation, policy, 1)
+    thrice = evaluate_policy(evaluation, policy, 3)
+    assert thrice["episodes"].tolist() == [3] and once["return"][0] > 0
+    np.testing.assert_allclose(thrice["return"], once["return"], rtol=1e-12)  # (3x)/3 may round
+    assert default_eval_episodes("mtrl") == 1
 
 
 def test_sub_env_matches_metaworld_built_independently():
