@@ -11,7 +11,7 @@ from morl.runners.report.plots import draw_all, mean_series
 from morl.runners.report.summary import group
 from report_runs import STEPS, TASKS, write_rl_run, write_sweep
 
-ALL = ["learning_curves", "per_task_heatmap", "performance_profiles", "aggregator_weights", "gradient_conflicts"]
+ALL = ["learning_curves", "per_task_curves", "per_task_heatmap", "performance_profiles", "aggregator_weights", "gradient_conflicts"]
 
 
 def _assert_images(folder, names):
@@ -55,6 +55,7 @@ def test_a_single_score_per_run_has_no_heatmap_and_no_curve(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| most | 1 | 0.620 [0.620, 0.620]" in out
     assert "plot learning_curves skipped" in out and "plot per_task_heatmap skipped" in out
+    assert "plot per_task_curves skipped" in out
     _assert_images(tmp_path / "r" / "plots", ["performance_profiles"])
 
 
@@ -63,3 +64,13 @@ def test_mean_series_averages_runs_at_the_steps_each_logged():
     b = Series(np.array([20, 30]), np.array([[5.0], [7.0]]), ["w"])
     m = mean_series([a, b])
     assert m.steps.tolist() == [10, 20, 30] and m.values[:, 0].tolist() == [1.0, 4.0, 7.0]
+
+
+def test_per_task_curves_hold_each_runs_scores_at_the_common_steps(tmp_path):
+    sweep, tables = write_sweep(tmp_path / "sweep", {"cagrad": 0.3, "mgda": 0.1}, seeds=[0, 1, 2])
+    runs, _, _ = collect([sweep])
+    for m in group(runs):
+        table = tables[m.label]  # [seeds, STEPS, TASKS], written by hand
+        assert m.steps.tolist() == STEPS and m.tasks == TASKS
+        np.testing.assert_array_equal(m.task_curves, table)
+        np.testing.assert_allclose(m.curves, table.mean(axis=2))

@@ -1,5 +1,5 @@
-"""The report's figures, each as PNG and SVG: learning curves with 95 % bands, the per-task
-heatmap, performance profiles, aggregator weights and gradient-conflict statistics over time.
+"""The report's figures, each as PNG and SVG: learning curves with 95 % bands (mean over tasks,
+and one panel per task), the per-task heatmap, performance profiles, aggregator weights and gradient-conflict statistics over time.
 
 Figures are plain ``matplotlib.figure.Figure`` objects drawn by the Agg (PNG) and SVG canvases:
 no pyplot, no global backend switch, no display needed. A figure whose data the runs do not hold
@@ -21,7 +21,8 @@ from .summary import Method
 def draw_all(methods: list[Method], out_dir: Path, reps: int, seed: int) -> tuple[list[str], list[str]]:
     """``(names drawn, notes on figures skipped)``; files ``out_dir/<name>.png|svg``."""
     drawn, notes = [], []
-    for name, draw in (("learning_curves", learning_curves), ("per_task_heatmap", per_task_heatmap),
+    for name, draw in (("learning_curves", learning_curves), ("per_task_curves", per_task_curves),
+                       ("per_task_heatmap", per_task_heatmap),
                        ("performance_profiles", performance_profiles), ("aggregator_weights", aggregator_weights),
                        ("gradient_conflicts", gradient_conflicts)):  # fmt: skip
         fig = draw(methods, reps, seed)
@@ -58,6 +59,33 @@ def learning_curves(methods: list[Method], reps: int, seed: int):
     ax.set(xlabel=_unit(methods[0]), ylabel=f"{metric.name}, mean over tasks",
            title="Learning curves (mean over runs, 95% bootstrap band)")
     ax.legend(fontsize="small")
+    return fig
+
+
+def per_task_curves(methods: list[Method], reps: int, seed: int):
+    with_curves = [m for m in methods if m.steps.size]
+    tasks = list(dict.fromkeys(t for m in with_curves for t in m.tasks))
+    if not with_curves or len(tasks) < 2:
+        return "no per-task learning curves (one task, or no evaluation before the end)"
+    from matplotlib.figure import Figure
+
+    cols = min(5, len(tasks))
+    fig = Figure(figsize=(3.0 * cols, 2.4 * -(-len(tasks) // cols) + 0.6), layout="constrained")
+    axes = fig.subplots(-(-len(tasks) // cols), cols, squeeze=False, sharex=True, sharey=True).ravel()
+    for ax, task in zip(axes, tasks):
+        for i, m in enumerate(with_curves):
+            if task in m.tasks:
+                rng = stats.rng_for(seed, m.label, "task curve", task)
+                mean, lo, hi = stats.curve_band(m.task_curves[:, :, m.tasks.index(task)], reps, rng)
+                ax.plot(m.steps, mean, color=f"C{i}", label=f"{m.label} ({len(m.runs)} runs)")
+                ax.fill_between(m.steps, lo, hi, color=f"C{i}", alpha=0.2, linewidth=0)
+        ax.set_title(task, fontsize="small")
+    for ax in axes[len(tasks):]:
+        ax.set_visible(False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+    fig.supxlabel(_unit(with_curves[0]), fontsize="small")
+    fig.suptitle(f"Per-task {methods[0].metric.name} (mean over runs, 95% bootstrap band)")
     return fig
 
 

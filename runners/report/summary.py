@@ -36,6 +36,7 @@ class Method:
     best: np.ndarray  # [R] each run's best mean-over-tasks score over its evaluation points
     steps: np.ndarray  # [E] evaluation points every run of the method has
     curves: np.ndarray  # [R, E] mean-over-tasks score at those points
+    task_curves: np.ndarray  # [R, E, T] per-task score at those points
 
 
 def group(runs: list[Run]) -> list[Method]:
@@ -62,8 +63,10 @@ def _method(label: str, runs: list[Run]) -> Method:
     best = np.array([pick(np.append(np.nanmean(r.curve, axis=1), np.nanmean(r.final))) if r.curve.size
                      else np.nanmean(r.final) for r in runs])
     common = sorted(set.intersection(*(set(r.steps.tolist()) for r in runs)))
-    curves = np.array([[np.nanmean(r.curve[r.steps.tolist().index(s)]) for s in common] for r in runs]).reshape(len(runs), len(common))
-    return Method(label, runs, metric, tasks, final, best, np.asarray(common, dtype=np.int64), curves)
+    task_curves = np.array([[r.curve[r.steps.tolist().index(s)] for s in common] for r in runs]).reshape(
+        len(runs), len(common), len(tasks))
+    curves = np.array([[np.nanmean(row) for row in run] for run in task_curves]).reshape(len(runs), len(common))
+    return Method(label, runs, metric, tasks, final, best, np.asarray(common, dtype=np.int64), curves, task_curves)
 
 
 def _joint_metric(runs: list[Run]) -> Metric:
