@@ -1,7 +1,7 @@
 """Frames of deterministic evaluation episodes of a :class:`MultiTaskVecEnv`, to watch an agent.
 
-The caller gives the policy (``obs [num_envs, obs_dim] -> actions``, numpy in and out: envs never
-import agents). For each watched task in turn, the whole vector env steps from ``env.reset()``, as
+The caller gives the policy (``obs [num_envs, obs_dim] -> actions``, numpy in and out: this module
+knows no learner). For each watched task in turn, the whole vector env steps from ``env.reset()``, as
 in :func:`morl.envs.evaluate_policy`, and the task's first sub-env is drawn before every action and
 once more at the end of each of its episodes, so an episode of ``T`` steps gives ``T + 1`` frames
 (the last one shows the state that ended it: success or time limit).

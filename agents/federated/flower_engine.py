@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,10 +28,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from morl.agents.federated import client as fl_client
 from morl.agents.federated.model import FlatClassifier
-from morl.agents.federated.simulator import Federation, LocalConfig
-
-if TYPE_CHECKING:  # the runner hands the federation its data (morl.envs.data.federated)
-    from morl.envs.data.federated import FederatedData
+from morl.agents.federated.simulator import FederatedData, Federation, LocalConfig
 
 MESSAGE_TYPE = "train"
 

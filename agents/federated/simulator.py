@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -20,8 +20,29 @@ from morl.agents.federated import client as fl_client
 from morl.agents.federated.model import FlatClassifier
 from morl.metrics.most_metrics import picked_accuracy, tail_means
 
-if TYPE_CHECKING:  # the runner hands the federation its data (morl.envs.data.federated)
-    from morl.envs.data.federated import FederatedData
+
+
+class ClientSplit(Protocol):
+    """One split of every client, padded: ``x [n, S, d]``, ``y [n, S]``, ``count [n]``."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    count: torch.Tensor
+
+
+class FederatedData(Protocol):
+    """What a federation reads of its data; the runner hands it ``morl.envs.data.federated``'s
+    data set; the learner depends on no data module."""
+
+    train: ClientSplit
+    val: ClientSplit
+    test: ClientSplit
+    num_classes: int
+
+    @property
+    def num_clients(self) -> int: ...
+
+    def to(self, device) -> FederatedData: ...
 
 
 @dataclass

@@ -15,7 +15,7 @@ depend on α, so α moves only through ν·∇_α q̃.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -23,12 +23,28 @@ from torch import nn
 from morl.agents.supervised.multitask import MultiHeadMLP, TaskSpec
 from morl.bilevel import FORUM
 
-if TYPE_CHECKING:  # the runner hands the learner its data (morl.envs.data.hypercleaning)
-    from morl.envs.data.hypercleaning import HyperCleaningData
 
 __all__ = ["HyperCleaner", "macro_f1", "train_plain"]
 
 Split = tuple[torch.Tensor, torch.Tensor]
+
+
+class HyperCleaningData(Protocol):
+    """What the learner reads of its data; the runner hands it ``morl.envs.data.hypercleaning``'s
+    data set; the learner depends on no data module."""
+
+    train: list[Split]
+    clean: list[torch.Tensor]  # per data set: which training labels are uncorrupted
+    val1: list[Split]
+    val2: list[Split]
+    test: list[Split]
+    num_classes: int
+
+    @property
+    def m(self) -> int: ...
+
+    @property
+    def in_dim(self) -> int: ...
 
 
 def macro_f1(pred: torch.Tensor, target: torch.Tensor, num_classes: int) -> torch.Tensor:
