@@ -2,7 +2,7 @@
 envs, never up.
 
 Read from the source (ast), so the check needs no import side effects. Imports under
-``if TYPE_CHECKING:`` are annotations only (no runtime dependency) and are not counted.
+``if TYPE_CHECKING:`` count too: a learner names the data it reads by a Protocol of its own.
 """
 
 import ast
@@ -14,16 +14,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CORE_SUBPACKAGES = ("morl.agents", "morl.envs", "morl.runners")
 
 
-def _type_checking_block(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-
-
 def _imports(path: Path) -> set[str]:
     out: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if _type_checking_block(node):
-            return
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             out.add(node.module)
         elif isinstance(node, ast.Import):
@@ -64,7 +58,8 @@ def test_nothing_imports_the_repository_folders_as_top_level_packages(old):
     assert hits == set()
 
 
-def test_the_type_checking_exception_is_needed_and_honoured(tmp_path):
+def test_imports_under_type_checking_and_in_functions_count(tmp_path):
     src = tmp_path / "m.py"
-    src.write_text("from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    import b\n")
-    assert _imports(src) == {"typing", "a"}
+    src.write_text("from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    import b\n"
+                   "def f():\n    from c.d import e\n")
+    assert _imports(src) == {"typing", "a", "b", "c.d"}
