@@ -11,8 +11,11 @@ Only inner products enter, so the dual is solved on the K×K Gramian, in torch, 
 and no host sync: exactly by support enumeration for K ≤ ``ENUMERATE_MAX_K`` (one batched
 solve, :func:`cagrad_dual_exact`). Above that (:func:`cagrad_dual_weights`) the stationary
 point on all K rows, re-solved after dropping negative weights, is kept when its Frank–Wolfe
-gap is within ``tol`` (the common case: two small solves); otherwise accelerated projected
-gradient with a masked line search runs, followed by the exact solve on the support it found.
+gap is within ``tol`` (two small solves). Up to ``EXACT_MAX_K`` = 10 rows, on the CPU,
+active-set steps continue from there, and whatever they leave (the dual can be unbounded on a
+support's affine hull) is solved by enumeration: exact, and on MT10's actor gradients 2–3 ms
+instead of the 17–21 ms FISTA took. Above 10 rows accelerated projected gradient with a
+masked line search runs, followed by the exact solve on the support it found.
 
 Near a Pareto-stationary point g_w* → 0 and its direction is rounding noise, so the dual's d
 can be worse than simple primal-feasible points. :func:`primal_weights` therefore also scores
@@ -29,7 +32,7 @@ from morl.aggregators._warm_start import WarmStartSolver
 from morl.aggregators.base import GramianAggregator
 from morl.host_reads import reads_are_free
 from morl.solvers.gramian import gram_scale
-from morl.solvers.min_norm import ENUMERATE_MAX_K, RIDGE, equilibrate, restricted, ridge_for, support_masks
+from morl.solvers.min_norm import ENUMERATE_MAX_K, EXACT_MAX_K, RIDGE, equilibrate, restricted, ridge_for, support_masks
 from morl.solvers.simplex_descent import fw_gap, minimize_on_simplex
 
 RESCALES = (0, 1, 2)
@@ -77,9 +80,17 @@ def cagrad_dual_solve(
     scale = b.abs().amax(-1) + r.squeeze(-1) + EPS  # the gap's units
     if init is None:  # the active-set start is often already optimal: then no FISTA at all
         w_as = _dropped_negatives_start(g, b, r, RIDGE)  # float64-tight: the gap check decides
-        done_as = fw_gap(w_as, _exact_gradient(g, b, r, w_as)) <= tol * scale
+        exact_fallback = b.shape[-1] <= EXACT_MAX_K
+        if exact_fallback and reads_are_free(g):  # on CPU, active-set steps (they read flags)
+            w_as, done_as = _active_set_steps(g, b, r, w_as, RIDGE, tol * scale, rounds=b.shape[-1] + 10)
+        else:  # (not above EXACT_MAX_K: FISTA's inexact answer would depend on the row order)
+            done_as = fw_gap(w_as, _exact_gradient(g, b, r, w_as)) <= tol * scale
         if reads_are_free(g) and bool(done_as.all()):  # reading a flag is free on CPU
             return primal_weights(g, b, r, w_as, c, gram.dtype), w_as, done_as
+        if exact_fallback:  # what the steps left, exactly; cheaper than FISTA here
+            w_ex = _enumerated_optimum(g, b, r, ridge_for(gram.dtype))
+            w_as = torch.where(done_as.unsqueeze(-1), w_as, w_ex)
+            return primal_weights(g, b, r, w_as, c, gram.dtype), w_as, torch.ones_like(done_as)
     # Not from w_as: where FISTA stops at max_iter, a start that depends on the support found
     # would make the answer jump with rounding (d(aJ) ≠ a·d(J) on ill-conditioned Gramians).
     w0 = torch.full_like(b, 1.0 / b.shape[-1]) if init is None else init.to(g)
@@ -122,6 +133,48 @@ def _dropped_negatives_start(g, b, r, ridge) -> torch.Tensor:
     w, feasible = _support_candidates(g, b, r, support.unsqueeze(-2), ridge)
     uniform = torch.full_like(b, 1.0 / b.shape[-1])
     return torch.where(feasible, w.squeeze(-2), uniform)
+
+
+def _active_set_steps(g, b, r, w, ridge, tol, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Active-set steps on the dual from the feasible ``w`` (CPU: reads flags): ``(w, done)``,
+    done where the Frank–Wolfe gap is ≤ ``tol`` (the units of ``b``).
+
+    As Wolfe's steps for the min-norm point (:func:`morl.solvers.min_norm.wolfe_steps`): the
+    stationary point v on the affine hull of the support S is no worse than w (the objective
+    is convex). A major step (v ≥ 0) moves there and adds the row of lowest gradient; a minor
+    step moves towards v until a weight hits 0 and drops that row. Unlike the min-norm
+    problem, the dual can be unbounded below on an affine hull (|g0·g_u| > r‖g_u‖ along some
+    u with Σu = 0, possible for c < 1); its "stationary point" then makes the row that just
+    entered negative (a minor step of length 0), or does not exist (1ᵀv ≤ 0). Such an entry
+    stops undone, for the caller's fallback.
+    """
+    support = w > 0
+    done = torch.zeros(w.shape[:-1], dtype=torch.bool, device=w.device)
+    stuck = torch.zeros_like(done)
+    for _ in range(rounds):
+        m = support.to(g.dtype)
+        v, total = _stationary_on(g, b, r, m.unsqueeze(-2), ridge)
+        v, total = v.squeeze(-2), total.squeeze(-1).squeeze(-1)
+        ok = (total > 0) & torch.isfinite(v).all(-1) & ~done & ~stuck
+        major = ok & ((v >= 0) | ~support).all(-1)
+        v_major = v.clamp_min(0) / v.clamp_min(0).sum(-1, keepdim=True).clamp_min(1e-300)
+        grad = _exact_gradient(g, b, r, v_major)
+        finished = major & (fw_gap(v_major, grad) <= tol)
+        enter = torch.where(support, torch.full_like(grad, float("inf")), grad).argmin(-1, keepdim=True)
+        # minor step: the largest θ ∈ [0, 1] keeping w + θ(v − w) ≥ 0; the blocking row leaves
+        ratio = torch.where(support & (v < 0), w / (w - v), torch.full_like(v, float("inf")))
+        theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
+        minor = ok & ~major
+        w_minor = (w + theta * (v - w)).scatter(-1, ratio.argmin(-1, keepdim=True), 0.0).clamp_min(0)
+        w_minor = w_minor / w_minor.sum(-1, keepdim=True).clamp_min(1e-300)
+        w = torch.where(major.unsqueeze(-1), v_major, torch.where(minor.unsqueeze(-1), w_minor, w))
+        entering = torch.zeros_like(support).scatter(-1, enter, True) & (major & ~finished).unsqueeze(-1)
+        support = torch.where(minor.unsqueeze(-1), w_minor > 0, support | entering)
+        done = done | finished
+        stuck = stuck | ~(ok | done) | (minor & (theta.squeeze(-1) <= 0))
+        if bool((done | stuck).all()):
+            break
+    return w, done
 
 
 def _stationary_on(g, b, r, m, ridge) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,15 +224,19 @@ def cagrad_dual_exact(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch
     convex, so the optimum is the feasible (w ≥ 0) candidate of least objective; every
     singleton support is feasible, so one always exists. Returns ``(weights, w*)``.
     """
-    k = gram.shape[-1]
     g, b, r = _dual_terms(gram, c)
-    m = support_masks(k, g.device)
-    w, feasible = _support_candidates(g, b, r, m, ridge_for(gram.dtype))
+    w_star = _enumerated_optimum(g, b, r, ridge_for(gram.dtype))
+    return primal_weights(g, b, r, w_star, c, gram.dtype), w_star
+
+
+def _enumerated_optimum(g, b, r, ridge) -> torch.Tensor:
+    """w* of the dual on ``(g, b, r)`` from :func:`_dual_terms`, by scoring every support."""
+    k = g.shape[-1]
+    w, feasible = _support_candidates(g, b, r, support_masks(k, g.device), ridge)
     obj = dual_objective(g.unsqueeze(-3), b.unsqueeze(-2), r, w)
     obj = torch.where(feasible, obj, torch.full_like(obj, float("inf")))
     best = obj.argmin(-1, keepdim=True)
-    w_star = torch.gather(w, -2, best.unsqueeze(-1).expand(*best.shape, k)).squeeze(-2)
-    return primal_weights(g, b, r, w_star, c, gram.dtype), w_star
+    return torch.gather(w, -2, best.unsqueeze(-1).expand(*best.shape, k)).squeeze(-2)
 
 
 def primal_weights(g, b, r, w, c: float, dtype: torch.dtype) -> torch.Tensor:
@@ -210,11 +267,12 @@ class CAGrad(WarmStartSolver, GramianAggregator):
     """Conflict-averse gradient.
 
     Options: ``c`` (0.5; 0 gives the mean; MT10 uses 0.9), ``rescale`` ∈ {0, 1, 2} (1 as in the
-    reference code: divide by 1 + c²; TorchJD uses 0). K ≤ 6: the dual is solved exactly
-    (support enumeration). K > 6: ``max_iter`` (100) / ``tol`` (1e-10) of the iterative dual
-    solver, ``warm_start`` (False): start each solve from the previous dual solution (same K),
-    which cuts iterations when gradients change slowly between steps (it also makes K ≤ 6
-    iterate, as MGDA does); the previous solution is then state (``w_prev``). Weights are
+    reference code: divide by 1 + c²; TorchJD uses 0). K ≤ 10: the dual is solved exactly
+    (support enumeration, or active-set steps checked by their Frank–Wolfe gap). K > 10:
+    ``max_iter`` (100) / ``tol`` (1e-10) of the iterative dual solver, ``warm_start`` (False):
+    start each solve from the previous dual solution (same K), which cuts iterations when
+    gradients change slowly between steps (it also makes K ≤ 6 iterate, as MGDA does); the
+    previous solution is then state (``w_prev``). Weights are
     invariant to a global gradient scale. A solve that stops at ``max_iter`` without reaching
     ``tol`` increments ``not_converged`` (a device counter).
     """
