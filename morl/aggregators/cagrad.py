@@ -139,42 +139,48 @@ def _active_set_steps(g, b, r, w, ridge, tol, rounds: int) -> tuple[torch.Tensor
     """Active-set steps on the dual from the feasible ``w`` (CPU: reads flags): ``(w, done)``,
     done where the Frank–Wolfe gap is ≤ ``tol`` (the units of ``b``).
 
-    As Wolfe's steps for the min-norm point (:func:`morl.solvers.min_norm.wolfe_steps`): the
-    stationary point v on the affine hull of the support S is no worse than w (the objective
-    is convex). A major step (v ≥ 0) moves there and adds the row of lowest gradient; a minor
-    step moves towards v until a weight hits 0 and drops that row. Unlike the min-norm
-    problem, the dual can be unbounded below on an affine hull (|g0·g_u| > r‖g_u‖ along some
-    u with Σu = 0, possible for c < 1); its "stationary point" then makes the row that just
-    entered negative (a minor step of length 0), or does not exist (1ᵀv ≤ 0). Such an entry
-    stops undone, for the caller's fallback.
+    As Wolfe's steps for the min-norm point (:func:`morl.solvers.min_norm.wolfe_steps`), one
+    :func:`_active_set_round` at a time. Unlike the min-norm problem, the dual can be unbounded
+    below on a support's affine hull (|g0·g_u| > r‖g_u‖ along some u with Σu = 0, possible for
+    c < 1); its "stationary point" then makes the row that just entered negative (a minor step
+    of length 0), or does not exist (1ᵀv ≤ 0). Such an entry stops undone, for the caller's
+    fallback; so does one whose optimum has g_w = 0 (no gradient there to certify it).
     """
     support = w > 0
     done = torch.zeros(w.shape[:-1], dtype=torch.bool, device=w.device)
     stuck = torch.zeros_like(done)
     for _ in range(rounds):
-        m = support.to(g.dtype)
-        v, total = _stationary_on(g, b, r, m.unsqueeze(-2), ridge)
-        v, total = v.squeeze(-2), total.squeeze(-1).squeeze(-1)
-        ok = (total > 0) & torch.isfinite(v).all(-1) & ~done & ~stuck
-        major = ok & ((v >= 0) | ~support).all(-1)
-        v_major = v.clamp_min(0) / v.clamp_min(0).sum(-1, keepdim=True).clamp_min(1e-300)
-        grad = _exact_gradient(g, b, r, v_major)
-        finished = major & (fw_gap(v_major, grad) <= tol)
-        enter = torch.where(support, torch.full_like(grad, float("inf")), grad).argmin(-1, keepdim=True)
-        # minor step: the largest θ ∈ [0, 1] keeping w + θ(v − w) ≥ 0; the blocking row leaves
-        ratio = torch.where(support & (v < 0), w / (w - v), torch.full_like(v, float("inf")))
-        theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
-        minor = ok & ~major
-        w_minor = (w + theta * (v - w)).scatter(-1, ratio.argmin(-1, keepdim=True), 0.0).clamp_min(0)
-        w_minor = w_minor / w_minor.sum(-1, keepdim=True).clamp_min(1e-300)
-        w = torch.where(major.unsqueeze(-1), v_major, torch.where(minor.unsqueeze(-1), w_minor, w))
-        entering = torch.zeros_like(support).scatter(-1, enter, True) & (major & ~finished).unsqueeze(-1)
-        support = torch.where(minor.unsqueeze(-1), w_minor > 0, support | entering)
-        done = done | finished
-        stuck = stuck | ~(ok | done) | (minor & (theta.squeeze(-1) <= 0))
+        w, support, done, stuck = _active_set_round(g, b, r, w, support, done, stuck, ridge, tol)
         if bool((done | stuck).all()):
             break
     return w, done
+
+
+def _active_set_round(g, b, r, w, support, done, stuck, ridge, tol):
+    """One step: ``(w, support, done, stuck)``. The objective is convex, so its stationary point
+    v on the affine hull of the support S is no worse than w. A major step (v ≥ 0 on S) moves
+    there and, unless its gap is ≤ ``tol``, adds the row of least gradient (the one that lowers
+    the objective most); a minor step moves towards v until a weight hits 0 and drops that row.
+    Entries done or stuck stay as they are."""
+    v, total = _stationary_on(g, b, r, support.to(g.dtype).unsqueeze(-2), ridge)
+    v, total = v[..., 0, :], total[..., 0, 0]
+    ok = (total > 0) & torch.isfinite(v).all(-1) & ~done & ~stuck
+    major = ok & ((v >= 0) | ~support).all(-1)
+    v_major = v.clamp_min(0)  # v sums to 1 and is 0 off S
+    grad = _exact_gradient(g, b, r, v_major)
+    finished = major & (fw_gap(v_major, grad) <= tol)
+    enter = torch.where(support, torch.full_like(grad, float("inf")), grad).argmin(-1, keepdim=True)
+    # minor step: the largest θ ∈ [0, 1] keeping w + θ(v − w) ≥ 0; the blocking row leaves
+    ratio = torch.where(support & (v < 0), w / (w - v), torch.full_like(v, float("inf")))
+    theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
+    minor = ok & ~major
+    w_minor = (w + theta * (v - w)).scatter(-1, ratio.argmin(-1, keepdim=True), 0.0).clamp_min(0)
+    w_minor = w_minor / w_minor.sum(-1, keepdim=True)
+    w = torch.where(major.unsqueeze(-1), v_major, torch.where(minor.unsqueeze(-1), w_minor, w))
+    entering = torch.zeros_like(support).scatter(-1, enter, True) & (major & ~finished).unsqueeze(-1)
+    support = torch.where(minor.unsqueeze(-1), w_minor > 0, support | entering)
+    stuck = stuck | ~(ok | done) | (minor & (theta.squeeze(-1) <= 0))
+    return w, support, done | finished, stuck
 
 
 def _stationary_on(g, b, r, m, ridge) -> tuple[torch.Tensor, torch.Tensor]:
