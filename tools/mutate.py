@@ -30,6 +30,7 @@ _AGGREGATOR_TESTS = (
     "tests/test_aggregator_properties.py",
     "tests/test_aggregators_reference.py",
     "tests/test_cagrad_exact.py",
+    "tests/test_cagrad_edges.py",  # after the per-file CAGrad runs (e371019, c187d32)
     "tests/test_moco.py",
     "tests/test_epo_al.py",
     "tests/test_toy_moco.py",
