@@ -129,10 +129,12 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_equals_the_uninterrupted_run(tmp_
         return real_collect(s)
 
     monkeypatch.setattr(rl_loop, "collect_action", interrupting_collect)
+    # whatever the test process had: Python's default, or SIG_IGN under `nohup cmd &`
+    handler_before = signal.getsignal(signal.SIGINT)
     with pytest.raises(KeyboardInterrupt, match="at step 34/50.*morl resume"):
         start_run(load_rl_config(QUICK, [*overrides, f"run.out_dir={tmp_path / 'stopped'}"]), progress=False)
     monkeypatch.setattr(rl_loop, "collect_action", real_collect)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    assert signal.getsignal(signal.SIGINT) is handler_before  # handler restored
     (stopped,) = (tmp_path / "stopped").iterdir()
     assert _final_state(stopped)["step"] == 34
 
