@@ -156,33 +156,35 @@ def test_each_active_set_round_stays_feasible_and_never_raises_the_dual_objectiv
     Near g_w = 0 (rank-deficient Gramians, where the optimum has ‖g_w‖² ~ 1e-13) r‖g_w‖ is only
     known to r·sqrt(rounding of wᵀGw): measured increases up to 1.3e-7 of the problem's scale
     max|b| + r, all at ‖g_w‖² < 3e-12 (seeds 0-19, c = 0.1, 0.5, 0.9, 2; 800 problems each).
-    Slack: 1e-8 of the scale plus r·sqrt(64 K ε) (2.7e-7 r at K = 5)."""
+    Slack: 1e-8 of the scale plus r·sqrt(64 K ε) (2.7e-7 r at K = 5). The problems of one K
+    run as one batch."""
     from morl.aggregators.cagrad import EPS, _active_set_round, _dropped_negatives_start, _dual_terms
     from morl.solvers.min_norm import RIDGE
 
     minor_steps = 0
-    for seed in range(3):
-        for gram in _instances(seed):
-            g, b, r = _dual_terms(gram, c)
-            tol = 1e-10 * (b.abs().amax(-1) + r.squeeze(-1) + EPS)
-            w = _dropped_negatives_start(g, b, r, RIDGE)
-            support, done, stuck = w > 0, torch.tensor(False), torch.tensor(False)
-            g_ridged = g + RIDGE * torch.diag_embed(torch.diagonal(g))
+    for k in range(2, 11):  # each K as one batch: the rounds' masks and reductions keep problems apart
+        gram = torch.stack([gram for seed in range(3) for gram in _instances(seed) if gram.shape[-1] == k])
+        g, b, r = _dual_terms(gram, c)
+        tol = 1e-10 * (b.abs().amax(-1) + r.squeeze(-1) + EPS)
+        w = _dropped_negatives_start(g, b, r, RIDGE)
+        support, done, stuck = w > 0, torch.zeros_like(tol, dtype=torch.bool), torch.zeros_like(tol, dtype=torch.bool)
+        g_ridged = g + RIDGE * torch.diag_embed(torch.diagonal(g, dim1=-2, dim2=-1))
 
-            def ridged_objective(w):
-                return float((w * b).sum() + r.squeeze(-1) * (w @ g_ridged @ w).clamp(min=0).sqrt())
+        def ridged_objective(w):
+            quad = (w.unsqueeze(-2) @ g_ridged @ w.unsqueeze(-1)).squeeze(-1).squeeze(-1)
+            return (w * b).sum(-1) + r.squeeze(-1) * quad.clamp(min=0).sqrt()
 
-            objective, scale = ridged_objective(w), float(b.abs().amax() + r.squeeze())
-            slack = 1e-8 * scale + float(r.squeeze()) * (64 * gram.shape[-1] * torch.finfo(torch.float64).eps) ** 0.5
-            for _ in range(gram.shape[-1] + 10):
-                old_support = support
-                w, support, done, stuck = _active_set_round(g, b, r, w, support, done, stuck, RIDGE, tol)
-                assert w.min() >= 0 and abs(float(w.sum()) - 1) < 1e-12
-                assert bool(((w > 0) <= support).all())
-                minor_steps += bool((support & ~old_support).sum() == 0 and (old_support & ~support).any())
-                new = ridged_objective(w)
-                assert new <= objective + slack, (objective, new)
-                objective = new
-                if bool(done | stuck):
-                    break
+        objective, scale = ridged_objective(w), b.abs().amax(-1) + r.squeeze(-1)
+        slack = 1e-8 * scale + r.squeeze(-1) * (64 * k * torch.finfo(torch.float64).eps) ** 0.5
+        for _ in range(k + 10):
+            old_support = support
+            w, support, done, stuck = _active_set_round(g, b, r, w, support, done, stuck, RIDGE, tol)
+            assert w.min() >= 0 and (w.sum(-1) - 1).abs().max() < 1e-12
+            assert bool(((w > 0) <= support).all())
+            minor_steps += int(((support & ~old_support).sum(-1) == 0).logical_and((old_support & ~support).any(-1)).sum())
+            new = ridged_objective(w)
+            assert bool((new <= objective + slack).all()), (objective - new).min()
+            objective = new
+            if bool((done | stuck).all()):
+                break
     assert minor_steps >= 1  # the invariant was checked on minor steps too
