@@ -135,16 +135,23 @@ def test_active_set_steps_finish_every_problem_with_a_nonzero_optimum_when_c_exc
 @pytest.mark.parametrize("c", [0.5, 2.0])
 def test_a_batch_of_gramians_is_solved_as_each_one_alone(c):
     """[B, K, K] through the K ≤ 10 path (start, active-set steps, enumeration for the rest)
-    gives each problem's own answer: the masks, reductions and gathers keep the batch apart."""
-    for k in (8, 10):
-        grams = [gram for seed in range(3) for gram in _instances(seed) if gram.shape[-1] == k]
+    and the K = 12 path (start, FISTA, support solve) gives each problem's own answer: the
+    masks, reductions and gathers keep the batch apart."""
+    gen = torch.Generator().manual_seed(12)
+    jacobians = torch.randn(6, 12, 30, generator=gen, dtype=torch.float64) + torch.randn(6, 1, 30, generator=gen, dtype=torch.float64)
+    gram_12 = jacobians @ jacobians.mT
+    for k in (8, 10, 12):
+        grams = [gram for seed in range(3) for gram in _instances(seed) if gram.shape[-1] == k] or list(gram_12)
         batch = torch.stack(grams)
         weights, w, converged = cagrad_dual_solve(batch, c)
         assert weights.shape == w.shape == (len(grams), k) and converged.shape == (len(grams),)
+        # K ≤ 10: exact either way. K = 12: FISTA's stopping decisions sit on rounding (bmm
+        # against mm), so within its accuracy: measured ≤ 2.5e-7 over seeds 10-29, bound 1e-5.
+        atol = 1e-12 if k <= 10 else 1e-5
         for i, gram in enumerate(grams):
             weights_i, w_i, _ = cagrad_dual_solve(gram, c)
-            torch.testing.assert_close(w[i], w_i, rtol=0, atol=1e-12)
-            torch.testing.assert_close(weights[i], weights_i, rtol=0, atol=1e-12)
+            torch.testing.assert_close(w[i], w_i, rtol=0, atol=atol)
+            torch.testing.assert_close(weights[i], weights_i, rtol=0, atol=atol)
 
 
 @pytest.mark.parametrize("c", [0.5, 0.9, 2.0])
