@@ -41,3 +41,23 @@ def test_documented_defaults():
     assert (mgda.max_iter, mgda.tol, mgda.warm_start) == (100, 1e-8, False)
     mgda(torch.randn(3, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
     assert mgda.w_prev is None  # no warm start by default: no state kept
+
+
+def test_options_reach_the_min_norm_solver(monkeypatch):
+    """K > 2 goes through min_norm_solve with the user's max_iter and tol, and without the
+    reference code's K = 2 guard (eps_2 = 0)."""
+    import morl.aggregators.mgda as mgda_module
+
+    seen = {}
+    real = mgda_module.min_norm_solve
+
+    def spy(gram, **kwargs):
+        seen.update({k: v for k, v in kwargs.items() if k != "init"})
+        return real(gram, **kwargs)
+
+    monkeypatch.setattr(mgda_module, "min_norm_solve", spy)
+    gen = torch.Generator().manual_seed(0)
+    j = torch.randn(4, 9, generator=gen, dtype=torch.float64)
+    morl.build("mgda", max_iter=37, tol=1e-5)(j)
+    assert seen == {"max_iter": 37, "tol": 1e-5, "eps_2": 0.0}
+
