@@ -47,9 +47,9 @@ WHOLE_UPDATE_BREAKS = ("the update draws its noise with the agent's torch.Genera
                        "and the optimizers' step; Dynamo breaks the graph at each")
 
 
-def _inputs(call: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _inputs(call: int, k: int = K) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(100 + call)
-    return torch.randn(K, D, generator=g), torch.rand(K, generator=g) + 0.5
+    return torch.randn(k, D, generator=g), torch.rand(k, generator=g) + 0.5
 
 
 def _marked(names: list[str]) -> list:
@@ -57,12 +57,12 @@ def _marked(names: list[str]) -> list:
             if n in NOT_FULLGRAPH else n for n in names]
 
 
-def _check_compiles(name: str, backend: str) -> None:
+def _check_compiles(name: str, backend: str, k: int = K) -> None:
     torch._dynamo.reset()
     eager = morl.build(name, check_finite="skip")
     compiled = torch.compile(morl.build(name, check_finite="skip"), fullgraph=True, backend=backend)
     for call in range(2):
-        grads, losses = _inputs(call)
+        grads, losses = _inputs(call, k)
         want, got = eager(grads, losses), compiled(grads, losses)
         assert got.shape == (D,)
         assert float((got - want).norm()) <= REL_TOL * float(want.norm()), (name, call)
@@ -71,6 +71,13 @@ def _check_compiles(name: str, backend: str) -> None:
 @pytest.mark.parametrize("name", _marked(FAST))
 def test_aggregation_compiles_fullgraph(name):
     _check_compiles(name, "aot_eager")
+
+
+@pytest.mark.parametrize("name", [pytest.param("mgda", marks=pytest.mark.slow), "cagrad"])  # mgda: 24 s (K + 10 unrolled Wolfe rounds)
+def test_mt10_sized_aggregation_compiles_fullgraph(name):
+    """K = 10, MT10's task count: the K > 6 solvers (MGDA's active-set start and Wolfe steps,
+    CAGrad's start with the support enumeration for what it leaves) trace without a host read."""
+    _check_compiles(name, "aot_eager", k=10)
 
 
 @pytest.fixture
