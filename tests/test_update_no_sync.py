@@ -3,7 +3,8 @@
 This project has no GPU; these tests stand in for one. An update is the call the RL runner
 makes per gradient step, ``MTSAC.update(batch, step, diagnostics=False)`` (``runners/rl``
 asks for diagnostics once per log interval only), with the critic losses aggregated too
-(``aggregate_critic``), on K = 3 tasks and small networks; a few more configurations take
+(``aggregate_critic``), on K = 3 tasks and small networks (and K = 10, MT10's count, for the
+methods whose solvers change path above K = 6); a few more configurations take
 the other branches (option variants of some methods, ``aggregate: actor_trunk`` with per-task
 heads, the reproduction options: shared critic and temperature, both aggregated). Two runs
 each:
@@ -60,6 +61,12 @@ CPU_ONLY_READS = frozenset({
     ("morl/aggregators/_host.py", "as_list"),
     ("morl/aggregators/_host.py", "weights_tensor"),
     ("morl/solvers/alpha_fair.py", "alpha_fair_solve"),  # early exit of the Newton steps
+    # K > 6 (the MT10-sized test): early exits of the active-set starts and steps
+    ("morl/solvers/min_norm.py", "dropped_negatives_start"),
+    ("morl/solvers/min_norm.py", "min_norm_iterative"),
+    ("morl/aggregators/cagrad.py", "_dropped_negatives_start"),
+    ("morl/aggregators/cagrad.py", "cagrad_dual_solve"),
+    ("morl/aggregators/cagrad.py", "_active_set_steps"),
 })
 
 #: (name, options): values fixed at construction that the first call copies to the device
@@ -77,25 +84,25 @@ OTHER_PATHS = [
 ]
 
 
-def _agent(name: str, options: dict, device: str, **cfg) -> MTSAC:
-    config = MTSACConfig(hidden_sizes=[16, 16], batch_size=T * B, buffer_capacity=100, aggregate_critic=True, **cfg)
-    return MTSAC(OBS + T, ACT, T, config, morl.build(name, **options), device, 0)
+def _agent(name: str, options: dict, device: str, tasks: int = T, **cfg) -> MTSAC:
+    config = MTSACConfig(hidden_sizes=[16, 16], batch_size=tasks * B, buffer_capacity=100, aggregate_critic=True, **cfg)
+    return MTSAC(OBS + tasks, ACT, tasks, config, morl.build(name, **options), device, 0)
 
 
-def _batch(device: str) -> dict[str, torch.Tensor]:
+def _batch(device: str, t: int = T) -> dict[str, torch.Tensor]:
     if device == "meta":
-        shapes = {"obs": (T, B, OBS + T), "action": (T, B, ACT), "reward": (T, B), "next_obs": (T, B, OBS + T),
-                  "terminated": (T, B)}
+        shapes = {"obs": (t, B, OBS + t), "action": (t, B, ACT), "reward": (t, B), "next_obs": (t, B, OBS + t),
+                  "terminated": (t, B)}
         return {k: torch.empty(s, device="meta") for k, s in shapes.items()}
     g = torch.Generator().manual_seed(0)
-    obs = torch.randn(T, B, OBS + T, generator=g)
-    obs[..., OBS:] = torch.eye(T).unsqueeze(1)
-    return {"obs": obs, "action": torch.rand(T, B, ACT, generator=g) * 2 - 1, "reward": torch.randn(T, B, generator=g),
-            "next_obs": obs.clone(), "terminated": torch.zeros(T, B)}
+    obs = torch.randn(t, B, OBS + t, generator=g)
+    obs[..., OBS:] = torch.eye(t).unsqueeze(1)
+    return {"obs": obs, "action": torch.rand(t, B, ACT, generator=g) * 2 - 1, "reward": torch.randn(t, B, generator=g),
+            "next_obs": obs.clone(), "terminated": torch.zeros(t, B)}
 
 
 def _updates(agent: MTSAC, device: str, guard_first: bool = True) -> dict[str, torch.Tensor]:
-    batch = _batch(device)
+    batch = _batch(device, agent.num_tasks)
     with pytest.MonkeyPatch.context() as patch:
         # fused Adam's meta kernel exists; only its device whitelist names no meta
         patch.setattr(torch_adam, "_device_dtype_check_for_fused", lambda p: None)
@@ -109,7 +116,7 @@ def _updates(agent: MTSAC, device: str, guard_first: bool = True) -> dict[str, t
 
 def _check_ran(agent: MTSAC, out: dict, device: str, before: list[torch.Tensor]) -> None:
     assert all(v.device.type == device for v in out.values())
-    assert out["critic_loss"].shape == (T,) and out["actor_loss"].shape == (T,)
+    assert out["critic_loss"].shape == (agent.num_tasks,) and out["actor_loss"].shape == (agent.num_tasks,)
     if device == "cpu":  # real numbers: the guarded updates trained the actor
         after = [p.detach() for p in agent.actor.parameters()]
         assert all(bool(torch.isfinite(p).all()) for p in after)
@@ -141,6 +148,16 @@ def test_fixed_options_are_copied_once(name, options, device):
     agent = _agent(name, options, device)
     before = [p.detach().clone() for p in agent.actor.parameters()]
     _check_ran(agent, _updates(agent, device, guard_first=False), device, before)
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+@pytest.mark.parametrize("name", ["mgda", "cagrad", "upgrad", "dualproj", "smg"])
+def test_mt10_sized_update_moves_nothing(name, device):
+    # K = 10 (MT10): the K > 6 solvers (active-set starts, Wolfe / CAGrad active-set steps, the
+    # enumeration for what they leave, UPGrad's torch rounds) instead of K = 3's exact paths
+    agent = _agent(name, {}, device, tasks=10)
+    before = [p.detach().clone() for p in agent.actor.parameters()]
+    _check_ran(agent, _updates(agent, device), device, before)
 
 
 @pytest.mark.parametrize("device", ["meta", "cpu"])
