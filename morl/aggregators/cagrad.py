@@ -86,11 +86,11 @@ def cagrad_dual_solve(
         else:  # (not above EXACT_MAX_K: FISTA's inexact answer would depend on the row order)
             done_as = fw_gap(w_as, _exact_gradient(g, b, r, w_as)) <= tol * scale
         if reads_are_free(g) and bool(done_as.all()):  # reading a flag is free on CPU
-            return primal_weights(g, b, r, w_as, c, gram.dtype), w_as, done_as
+            return primal_weights(g, r, w_as, c, gram.dtype), w_as, done_as
         if exact_fallback:  # what the steps left, exactly; cheaper than FISTA here
             w_ex = _enumerated_optimum(g, b, r, ridge_for(gram.dtype))
             w_as = torch.where(done_as.unsqueeze(-1), w_as, w_ex)
-            return primal_weights(g, b, r, w_as, c, gram.dtype), w_as, torch.ones_like(done_as)
+            return primal_weights(g, r, w_as, c, gram.dtype), w_as, torch.ones_like(done_as)
     # Not from w_as: where FISTA stops at max_iter, a start that depends on the support found
     # would make the answer jump with rounding (d(aJ) ≠ a·d(J) on ill-conditioned Gramians).
     w0 = torch.full_like(b, 1.0 / b.shape[-1]) if init is None else init.to(g)
@@ -106,7 +106,7 @@ def cagrad_dual_solve(
     w = torch.where(better.unsqueeze(-1), w_s, w)
     gap = fw_gap(w, fun(w)[1])
     converged = converged | (gap <= tol * scale)
-    return primal_weights(g, b, r, w, c, gram.dtype), w, converged
+    return primal_weights(g, r, w, c, gram.dtype), w, converged
 
 
 def _exact_gradient(g, b, r, w) -> torch.Tensor:
@@ -232,7 +232,7 @@ def cagrad_dual_exact(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch
     """
     g, b, r = _dual_terms(gram, c)
     w_star = _enumerated_optimum(g, b, r, ridge_for(gram.dtype))
-    return primal_weights(g, b, r, w_star, c, gram.dtype), w_star
+    return primal_weights(g, r, w_star, c, gram.dtype), w_star
 
 
 def _enumerated_optimum(g, b, r, ridge) -> torch.Tensor:
@@ -245,7 +245,7 @@ def _enumerated_optimum(g, b, r, ridge) -> torch.Tensor:
     return torch.gather(w, -2, best.unsqueeze(-1).expand(*best.shape, k)).squeeze(-2)
 
 
-def primal_weights(g, b, r, w, c: float, dtype: torch.dtype) -> torch.Tensor:
+def primal_weights(g, r, w, c: float, dtype: torch.dtype) -> torch.Tensor:
     """Weights of d = g0 + (r/‖g_w‖) g_w, or of a better primal-feasible candidate.
 
     ‖g_w‖ is floored at sqrt(ε) of ``dtype`` (relative to the largest row): below that its
