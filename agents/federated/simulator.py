@@ -21,7 +21,6 @@ from morl.agents.federated.model import FlatClassifier
 from morl.metrics.most_metrics import picked_accuracy, tail_means
 
 
-
 class ClientSplit(Protocol):
     """One split of every client, padded: ``x [n, S, d]``, ``y [n, S]``, ``count [n]``."""
 
