@@ -23,6 +23,7 @@ import torchjd.aggregation as tj
 from torchjd._linalg import QuadprogProjector
 
 from morl.aggregators import build
+from morl.aggregators.imtl_g import imtl_g_weights
 
 # (K, D, rank): full rank, rank-deficient, K > D, and K up to 50 (the iterative QP solver)
 SHAPES = [(2, 5, 2), (3, 10, 3), (5, 20, 2), (8, 6, 6), (10, 40, 10), (20, 60, 20), (30, 20, 20), (50, 120, 50), (50, 60, 25)]
@@ -215,6 +216,46 @@ def test_imtl_g_can_conflict_with_every_objective():
     proj = (j @ build("imtl_g")(j)) / j.norm(dim=1)
     torch.testing.assert_close(proj, torch.full((3,), float(proj[0]), dtype=torch.float64), rtol=1e-10, atol=0)
     assert float(proj[0]) < -0.38
+
+
+def _degenerate_imtl_g_rows(rho_low=0.6, rho_high=0.65) -> torch.Tensor:
+    """Three rows in the plane, g_1 = (1, 0), g_2 at angle 2.5, g_3 = ρ at angle 4.5, with ρ
+    bisected (float64, 80 halvings) to the root of 1ᵀG⁺n, where IMTL-G's normalisation has
+    nothing to divide by (the sum changes sign between ρ = 0.6 and 0.65)."""
+
+    def rows(rho):
+        angles = torch.tensor([0.0, 2.5, 4.5], dtype=torch.float64)
+        radii = torch.tensor([1.0, 1.0, rho], dtype=torch.float64)
+        return torch.stack([radii * angles.cos(), radii * angles.sin()], dim=1)
+
+    def total(rho):
+        g = rows(rho) @ rows(rho).T
+        return float((torch.linalg.pinv(g, hermitian=True) @ g.diagonal().sqrt()).sum())
+
+    assert total(rho_low) > 0 > total(rho_high)
+    for _ in range(80):
+        mid = 0.5 * (rho_low + rho_high)
+        rho_low, rho_high = (mid, rho_high) if total(mid) > 0 else (rho_low, mid)
+    return rows(rho_low)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_imtl_g_without_a_normalisation_gives_no_step(dtype):
+    """Σ_k (G⁺n)_k = 0 up to rounding leaves α = G⁺n / 1ᵀG⁺n undefined, even in sign: IMTL-G
+    returns weights 0 and d = 0 (TorchJD: the same in float64, by an absolute 1e-12 guard),
+    not Σ g_k (the rows here do not cancel: ‖Σ g_k‖ ≈ 0.069). The guard is relative: 1e-12
+    of Σ|G⁺n| in float64, K ε₃₂ in float32, where this sum computes as 2.4e-8 of Σ|G⁺n| and
+    the weights would otherwise come out near 1e7."""
+    j = _degenerate_imtl_g_rows()
+    assert float(j.sum(0).norm()) > 0.06
+    agg = build("imtl_g")
+    d = agg(j.to(dtype))
+    torch.testing.assert_close(agg.weights, torch.zeros(3, dtype=dtype), rtol=0, atol=0)
+    torch.testing.assert_close(d, torch.zeros(2, dtype=dtype), rtol=0, atol=0)
+    if dtype == torch.float64:
+        torch.testing.assert_close(tj.IMTLG()(j), torch.zeros(2, dtype=dtype), rtol=0, atol=0)
+    batched = imtl_g_weights(torch.stack([j @ j.T] * 2).to(dtype))  # the torch path
+    torch.testing.assert_close(batched, torch.zeros(2, 3, dtype=torch.float64), rtol=0, atol=0)
 
 
 def test_config_is_conflict_free_for_independent_rows_only():

@@ -10,6 +10,7 @@ import torch
 import torchjd.aggregation as tj
 
 from morl.aggregators import build
+from morl.aggregators import krum as krum_module
 
 
 def _honest(seed, k, d, dtype=torch.float64):
@@ -146,3 +147,59 @@ def test_trimmed_mean_options():
     for bad in ({"trim": -1}, {"trim": 0.5}):
         with pytest.raises(ValueError, match="TrimmedMean option"):
             build("trimmed_mean", **bad)
+
+
+@pytest.mark.parametrize(
+    "name, options, message",
+    [
+        ("krum", {"n_byzantine": -1}, r"^Krum option n_byzantine=-1 is not valid; allowed: a finite int >= 0"),
+        ("krum", {"m": 0}, r"^Krum option m=0 is not valid; allowed: a finite int >= 1"),
+        ("krum", {"m": 1.5}, r"^Krum option m=1.5 is not valid; allowed: a finite int >= 1"),
+        ("krum", {"score": "l1"}, r"^Krum option score='l1' is not valid; allowed: squared, distance"),
+        ("trimmed_mean", {"trim": 0.5}, r"^TrimmedMean option trim=0.5 is not valid; allowed: a finite int >= 0"),
+    ],
+)
+def test_option_errors_name_the_option_and_what_is_allowed(name, options, message):
+    with pytest.raises(ValueError, match=message):
+        build(name, **options)
+
+
+@pytest.mark.parametrize("path", ["host", "torch"])
+@pytest.mark.parametrize("score", ["squared", "distance"])
+def test_krum_reads_a_rounded_negative_distance_as_zero(path, score, monkeypatch):
+    """Rows 0 and 1 are the same gradient b, but the Gramian came back with G_01 one part in
+    1e12 above G_00 = G_11 (rounding, e.g. after an all-reduce): ‖g_0 − g_1‖² computes as
+    −2e-12. Krum must read it as 0 (its square root would be NaN). Rows 2..6 sit at ‖g_r − b‖²
+    = s² and ‖g_r − g_q‖² = 0.8 s² (s = 0.1); with f = 2 each score sums K − f − 2 = 3
+    distances: row 0's is 0 + 2s² (squared) against the others' 3 · 0.8 s², so row 0 is chosen
+    (by 20 %; 2s against 2.68s with ``score="distance"``). Had the pair's distance been read as
+    anything above s², row 0's score would be 3s² and row 2 would win.
+    ``path``: the Python-float path (one CPU Gramian) or the torch path (host path declined,
+    as on a GPU or under compile)."""
+    d, step = 8, 0.1
+    e = torch.eye(d, dtype=torch.float64)
+    b = e[0]
+    j = torch.stack([b, b] + [b + step * (0.6**0.5 * e[1] + 0.4**0.5 * e[2 + i]) for i in range(5)])
+    g = j @ j.T
+    g[0, 1] = g[1, 0] = g[0, 0] * (1 + 1e-12)
+    agg = build("krum", n_byzantine=2, score=score)
+    if path == "torch":
+        monkeypatch.setattr(krum_module, "gramian_rows", lambda gram: None)
+    w = agg.weights_from_gramian(g)
+    torch.testing.assert_close(w, torch.tensor([1.0, 0, 0, 0, 0, 0, 0], dtype=torch.float64), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("k, t, d", [(7, 2, 3), (3, 1, 1), (6, 0, 4)])
+def test_trimmed_mean_weights_are_each_rows_share_of_the_kept_entries(seed, k, t, d):
+    """``weights`` (Definition 2's summary): row r's count of kept entries over D (K − 2t), so
+    they sum to 1 (1/K each when nothing is trimmed; with D = 1 and K = 2t + 1, one-hot on the
+    median row), in the gradients' dtype. Reference: numpy's argsort per column."""
+    j = _honest(seed, k, d)
+    agg = build("trimmed_mean", trim=t)
+    agg(j)
+    order = np.argsort(j.numpy(), axis=0, kind="stable")[t : k - t]
+    counts = np.bincount(order.reshape(-1), minlength=k)
+    assert agg.weights.dtype == torch.float64
+    np.testing.assert_allclose(agg.weights.numpy(), counts / (d * (k - 2 * t)), rtol=0, atol=1e-15)
+    assert abs(float(agg.weights.sum()) - 1.0) <= 1e-15

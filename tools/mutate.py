@@ -85,6 +85,28 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["morl/aggregators/moco.py"],
         [*_AGGREGATOR_TESTS, "-k", "moco"],
     ),
+    # The methods added for TorchJD / LibMTL parity (session 8), per group of related files,
+    # each against the rows naming its methods and its own test files.
+    "morl/aggregators/imtl_g.py": (  # IMTL-G, Aligned-MTL, ConFIG: one eigh / pinv of G each
+        [f"morl/aggregators/{name}.py" for name in ("imtl_g", "aligned_mtl", "config")],
+        [*_AGGREGATOR_TESTS, "tests/test_projection_methods.py", "tests/test_projection_batched.py",
+         "tests/test_host_path.py", "tests/test_forward_fast_path.py", "-k", "imtl or aligned or config"],
+    ),
+    "morl/aggregators/krum.py": (  # robust aggregation for federated learning
+        [f"morl/aggregators/{name}.py" for name in ("krum", "trimmed_mean")],
+        [*_AGGREGATOR_TESTS, "tests/test_robust_aggregators.py", "tests/test_host_path.py",
+         "tests/test_fl_robust.py", "-k", "krum or trimmed"],
+    ),
+    "morl/aggregators/upgrad.py": (  # the dual-cone projections and their QP solvers
+        ["morl/aggregators/upgrad.py", "morl/aggregators/dualproj.py", "morl/solvers/dual_cone.py",
+         "morl/solvers/dual_cone_host.py"],
+        [*_AGGREGATOR_TESTS, "tests/test_dual_cone.py", "tests/test_projection_methods.py",
+         "tests/test_host_path.py", "-k", "upgrad or dualproj or dual_cone or cone"],
+    ),
+    "morl/aggregators/nash_mtl.py": (  # Nash-MTL and FairGrad: the α-fair solver
+        ["morl/aggregators/nash_mtl.py", "morl/aggregators/fairgrad.py", "morl/solvers/alpha_fair.py"],
+        [*_AGGREGATOR_TESTS, "tests/test_nash_fair.py", "-k", "nash or fair"],
+    ),
     # The shared machinery, against the rows of two cheap methods (Mean, PCGrad) and MoCo (the
     # warm-start user): every row reaches base.py, so the full suite would repeat it 600 times.
     "morl/aggregators/base.py": (

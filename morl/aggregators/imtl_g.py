@@ -16,8 +16,14 @@ import torch
 from morl.aggregators._host import eigh_lists, eps, gramian_rows, weights_tensor
 from morl.aggregators.base import GramianAggregator
 
-#: Σ_k (G⁺n)_k below this fraction of Σ_k |(G⁺n)_k| gives zero weights (no finite normalisation).
+#: Σ_k (G⁺n)_k below this fraction of Σ_k |(G⁺n)_k| gives zero weights (no finite
+#: normalisation); at least K ε of the Gramian's dtype, the rounding of that sum, below which
+#: even its sign (the direction's) is unknown (in float32, ~1e-6 instead of weights of ~1e7).
 SUM_GUARD = 1e-12
+
+
+def _sum_guard(k: int, dtype: torch.dtype) -> float:
+    return max(SUM_GUARD, k * eps(dtype))
 
 
 def imtl_g_weights(gram: torch.Tensor) -> torch.Tensor:
@@ -29,7 +35,7 @@ def imtl_g_weights(gram: torch.Tensor) -> torch.Tensor:
     norms = torch.diagonal(g, dim1=-2, dim2=-1).clamp_min(0).sqrt()
     v = (torch.linalg.pinv(g, rtol=k * torch.finfo(gram.dtype).eps, hermitian=True) @ norms.unsqueeze(-1)).squeeze(-1)
     total = v.sum(-1, keepdim=True)
-    ok = total.abs() > SUM_GUARD * v.abs().sum(-1, keepdim=True)
+    ok = total.abs() > _sum_guard(k, gram.dtype) * v.abs().sum(-1, keepdim=True)
     return torch.where(ok, v / torch.where(ok, total, torch.ones_like(total)), torch.zeros_like(v))
 
 
@@ -46,7 +52,7 @@ def _imtl_g_host(gram: torch.Tensor, rows: list[list[float]]) -> list[float]:
             coef = sum(map(mul, e, norms)) / lam_j
             v = [a + b * coef for a, b in zip(v, e)]
     total = sum(v)
-    if not abs(total) > SUM_GUARD * sum(abs(x) for x in v):
+    if not abs(total) > _sum_guard(k, gram.dtype) * sum(abs(x) for x in v):
         return [0.0] * k
     return [x / total for x in v]
 
