@@ -174,14 +174,14 @@ def test_a_diverged_run_is_a_result_not_retried(tmp_path):
     assert run() == 0 and attempts(folder, "diverge1") == ["start"]
 
 
-def kill_when_checkpointed(run_dir: Path, timeout: float = 30.0) -> int:
-    """SIGKILL the process that owns ``run_dir`` (its pid is in .lock) once it has a checkpoint."""
+def kill_when_checkpointed(run_dir: Path, timeout: float = 30.0, sig: int = signal.SIGKILL) -> int:
+    """Send ``sig`` to the process that owns ``run_dir`` (its pid is in .lock) once it has a checkpoint."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         lock, ckpt = run_dir / ".lock", run_dir / "checkpoints" / "last.pt"
         if ckpt.is_file() and lock.is_file() and lock.read_text().strip():
             pid = int(lock.read_text().split()[0])
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, sig)
             return pid
         time.sleep(0.01)
     raise AssertionError(f"{run_dir} got no checkpoint within {timeout} s")
@@ -210,6 +210,23 @@ def test_a_killed_run_is_resumed_within_the_same_sweep_when_retries_allow(tmp_pa
     assert run() == 0
     killer.join()
     assert attempts(folder, "s2") == ["start", "resume"] and attempts(folder, "s1") == ["start"]
+
+
+def test_a_run_stopped_by_a_signal_of_its_own_is_not_retried_and_resumes_on_the_rerun(tmp_path, capsys):
+    """``kill -TERM <pid of one run>``: the run checkpoints and records "interrupted"; the sweep
+    finishes the other cells, does not restart that one (retries are for crashes), exits 130
+    and the next sweep resumes it."""
+    folder, cells, run = fake_sweep(tmp_path, seeds=[1, 2], overrides={"steps": 40, "sleep": 0.02}, max_retries=2)
+    killer = threading.Thread(target=kill_when_checkpointed, args=(folder / "s2",), kwargs={"sig": signal.SIGTERM})
+    killer.start()
+    assert run() == 130
+    killer.join()
+    assert attempts(folder, "s2") == ["start"] and run_status(folder, "s2") == "interrupted"
+    assert run_status(folder, "s1") == "finished"
+    assert json.loads((folder / "status.json").read_text())["counts"] == {"done": 1, "interrupted": 1}
+    assert "s2 stopped by a signal to its run (exit status 130); the next morl sweep resumes it" in capsys.readouterr().err
+    assert run() == 0
+    assert attempts(folder, "s2") == ["start", "resume"] and run_status(folder, "s2") == "finished"
 
 
 def test_stopping_the_sweep_checkpoints_every_run_and_the_rerun_resumes_them(tmp_path):

@@ -32,6 +32,14 @@ def next_action(run_dir: Path) -> str:
     return RESUME if (run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT).is_file() else START
 
 
+def stopped_on_purpose(run_dir: Path) -> bool:
+    """Whether the run ended by handling SIGINT/SIGTERM: ``run.json`` says "interrupted" (a
+    crash or SIGKILL leaves "running" or "failed" there instead)."""
+    from morl.runners.shell.run_info import read_run_info
+
+    return (read_run_info(run_dir) or {}).get("status") == "interrupted"
+
+
 def owner_alive(run_dir: Path) -> bool:
     """Whether a process holds the run's lock (the lock dies with its process, even on SIGKILL)."""
     import fcntl

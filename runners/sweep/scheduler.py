@@ -18,7 +18,7 @@ from pathlib import Path
 
 from morl.runners.sweep.cells import Cell
 from morl.runners.sweep.progress import SweepProgress
-from morl.runners.sweep.run_state import BUSY, DIVERGED, DONE, START, next_action
+from morl.runners.sweep.run_state import BUSY, DIVERGED, DONE, START, next_action, stopped_on_purpose
 from morl.runners.sweep.status import SweepStatus, log_path
 from morl.runners.sweep.stop import SweepStop, sweep_stop
 from morl.runners.sweep.worker import POLL_SECONDS, Job
@@ -48,7 +48,8 @@ class Scheduler:
         self.bar = SweepProgress(len(cells), enabled=progress)
 
     def run(self) -> int:
-        """Run every cell to an end; 0 when all are done (or diverged), 1 when some failed, 130 on Ctrl-C."""
+        """Run every cell to an end; 0 when all are done (or diverged), 1 when some failed, 130 on
+        Ctrl-C or when a run was stopped on its own (both resume on the next sweep)."""
         with sweep_stop(self.folder) as stop:
             try:
                 self._drive(stop)
@@ -60,7 +61,8 @@ class Scheduler:
                     self._collect(deque(), stop)
                 self.status.save()
                 self.bar.close()
-        return 130 if stop.requested else (1 if self.status.counts()["failed"] else 0)
+        counts = self.status.counts()
+        return 130 if stop.requested or counts.get("interrupted") else (1 if counts["failed"] else 0)
 
     def _drive(self, stop: SweepStop) -> None:
         queue, busy = deque(self.cells), deque()
@@ -120,6 +122,11 @@ class Scheduler:
             elif stop.requested:
                 self.status.set(cell.name, "interrupted")
                 self._show(f"{cell.name} stopped (exit status {code})")
+            elif stopped_on_purpose(self.folder / cell.run_dir):
+                # a signal to this run alone (kill -INT/-TERM PID): it checkpointed and said so in
+                # run.json; a retry would undo what someone asked for. The next sweep resumes it.
+                self.status.set(cell.name, "interrupted")
+                self._show(f"{cell.name} stopped by a signal to its run (exit status {code}); the next morl sweep resumes it")
             else:
                 self._failed(cell, code, error, queue)
         self._show()
