@@ -100,8 +100,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "morl/aggregators/upgrad.py": (  # the dual-cone projections and their QP solvers
         ["morl/aggregators/upgrad.py", "morl/aggregators/dualproj.py", "morl/solvers/dual_cone.py",
          "morl/solvers/dual_cone_host.py"],
-        [*_AGGREGATOR_TESTS, "tests/test_dual_cone.py", "tests/test_projection_methods.py",
-         "tests/test_host_path.py", "-k", "upgrad or dualproj or dual_cone or cone"],
+        [*_AGGREGATOR_TESTS, "tests/test_dual_cone.py", "tests/test_dual_cone_options.py",
+         "tests/test_projection_methods.py", "tests/test_host_path.py", "-k", "upgrad or dualproj or dual_cone or cone"],
     ),
     "morl/aggregators/nash_mtl.py": (  # Nash-MTL and FairGrad: the α-fair solver
         ["morl/aggregators/nash_mtl.py", "morl/aggregators/fairgrad.py", "morl/solvers/alpha_fair.py"],
