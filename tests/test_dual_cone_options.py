@@ -93,3 +93,10 @@ def test_each_call_starts_from_the_previous_calls_free_sets(name, k, solver, mon
     assert len(starts) == 3 and starts[0] is None
     for start, before in zip(starts[1:], returned[:-1]):
         assert start is before
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+@pytest.mark.parametrize("k", [4, 20], ids=["host", "torch"])
+def test_weights_come_back_in_the_gramians_dtype(name, k):
+    j = _jacobian(2, k).float()
+    assert build(name).weights_from_gramian(j @ j.T).dtype == torch.float32
