@@ -37,6 +37,7 @@ _AGGREGATOR_TESTS = (
     "tests/test_mgda_edges.py",  # after the per-file MGDA run (e371019)
     "tests/test_moco_edges.py",  # after the per-file MoCo and base runs (dcb4764)
     "tests/test_aggregator_skip_edges.py",
+    "tests/test_option_errors.py",  # session 8: every option's error line, table-driven
 )
 
 # module -> (files to mutate, fast test files that cover it + pytest options). Order: the brief's, aggregators last.
@@ -106,6 +107,16 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "morl/aggregators/nash_mtl.py": (  # Nash-MTL and FairGrad: the α-fair solver
         ["morl/aggregators/nash_mtl.py", "morl/aggregators/fairgrad.py", "morl/solvers/alpha_fair.py"],
         [*_AGGREGATOR_TESTS, "tests/test_nash_fair.py", "-k", "nash or fair"],
+    ),
+    "morl/aggregators/famo.py": (  # the loss weightings (no per-task gradients) and RLW
+        [f"morl/aggregators/{name}.py" for name in ("loss_weighting", "famo", "uw", "dwa", "gls", "stch", "gradnorm", "rlw")],
+        [*_AGGREGATOR_TESTS, "tests/test_loss_weightings.py", "tests/test_loss_weighting_learners.py", "tests/test_rlw.py",
+         "-k", "famo or uw or dwa or gls or stch or gradnorm or rlw or loss_weight"],
+    ),
+    "morl/aggregators/gradvac.py": (  # per-pair surgery, sign dropout, and the stochastic wrappers
+        [f"morl/aggregators/{name}.py" for name in ("gradvac", "graddrop", "cr_mogm", "sdmgrad", "modo", "_double_sampling", "_seeded")],
+        [*_AGGREGATOR_TESTS, "tests/test_gradvac.py", "tests/test_graddrop.py", "tests/test_cr_mogm.py",
+         "tests/test_sdmgrad_modo.py", "-k", "gradvac or graddrop or cr_mogm or sdmgrad or modo or seed"],
     ),
     # The shared machinery, against the rows of two cheap methods (Mean, PCGrad) and MoCo (the
     # warm-start user): every row reaches base.py, so the full suite would repeat it 600 times.

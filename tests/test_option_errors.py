@@ -1,0 +1,72 @@
+"""Every aggregator option refuses a bad value with one line that names the method (its class),
+the option, the value and what is allowed: ``<Class> option <name>=<value> is not valid;
+allowed: ...`` (the contract of ``morl.aggregators._checks``; configs surface it verbatim).
+Table-driven over ``options_of``: each numeric option gets NaN (never finite), each string
+option a value no method accepts; wrapper options (``base``, ``inner``) are left to their
+methods' own tests. Mutation testing found these lines unpinned file by file."""
+
+import math
+import re
+
+import pytest
+
+from morl.aggregators import aggregator_class, available, build, options_of
+
+NUMERIC = [
+    (name, key)
+    for name in available()
+    for key, default in options_of(name).items()
+    if isinstance(default, (int, float)) and not isinstance(default, bool)
+]
+TEXT = [
+    (name, key)
+    for name in available()
+    for key, default in options_of(name).items()
+    if isinstance(default, str) and key != "check_finite"
+]
+
+
+@pytest.mark.parametrize("name, key", NUMERIC, ids=[f"{n}-{k}" for n, k in NUMERIC])
+def test_a_nan_option_names_the_method_and_the_option(name, key):
+    owner = aggregator_class(name).__name__
+    with pytest.raises(ValueError) as err:
+        build(name, **{key: math.nan})
+    line = str(err.value)
+    assert "\n" not in line
+    assert re.match(rf"^{owner} option {key}=nan is not valid; allowed: \S", line), line
+
+
+@pytest.mark.parametrize("name, key", TEXT, ids=[f"{n}-{k}" for n, k in TEXT])
+def test_an_unknown_choice_names_the_method_the_option_and_the_choices(name, key):
+    owner = aggregator_class(name).__name__
+    with pytest.raises(ValueError) as err:
+        build(name, **{key: "no-such-choice"})
+    line = str(err.value)
+    assert re.match(rf"^{owner} option {key}='no-such-choice' is not valid; allowed: \S", line), line
+    assert repr(options_of(name)[key]).strip("'") in line  # the default is among the choices named
+
+
+@pytest.mark.parametrize("name", available())
+def test_check_finite_names_the_three_policies(name):
+    with pytest.raises(ValueError, match=r"^check_finite='maybe' is not valid; allowed: raise, skip, off$"):
+        build(name, check_finite="maybe")
+
+
+INTEGER = [(name, key) for name, key in NUMERIC if type(options_of(name)[key]) is int]
+
+
+@pytest.mark.parametrize("name, key", INTEGER, ids=[f"{n}-{k}" for n, k in INTEGER])
+def test_an_integer_option_refuses_a_fraction(name, key):
+    owner = aggregator_class(name).__name__
+    with pytest.raises(ValueError, match=rf"^{owner} option {key}=2.5 is not valid; allowed: \S"):
+        build(name, **{key: 2.5})
+
+
+MAX_ITER = [name for name in available() if "max_iter" in options_of(name)]
+
+
+@pytest.mark.parametrize("name", MAX_ITER)
+def test_one_iteration_is_a_valid_max_iter_and_zero_is_not(name):
+    build(name, max_iter=1)
+    with pytest.raises(ValueError, match=rf"^{aggregator_class(name).__name__} option max_iter=0 is not valid; allowed: a finite int >= 1$"):
+        build(name, max_iter=0)
