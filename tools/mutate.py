@@ -106,7 +106,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "morl/aggregators/nash_mtl.py": (  # Nash-MTL and FairGrad: the α-fair solver
         ["morl/aggregators/nash_mtl.py", "morl/aggregators/fairgrad.py", "morl/solvers/alpha_fair.py"],
-        [*_AGGREGATOR_TESTS, "tests/test_nash_fair.py", "-k", "nash or fair"],
+        [*_AGGREGATOR_TESTS, "tests/test_nash_fair.py", "tests/test_nash_fair_options.py", "-k", "nash or fair"],
     ),
     "morl/aggregators/famo.py": (  # the loss weightings (no per-task gradients) and RLW
         [f"morl/aggregators/{name}.py" for name in ("loss_weighting", "famo", "uw", "dwa", "gls", "stch", "gradnorm", "rlw")],
