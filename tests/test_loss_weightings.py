@@ -120,6 +120,21 @@ def test_dwa_hand_values():
     _close(agg.loss_weights(torch.ones(2, dtype=torch.float64)), [2 * e / (e + 1), 2 / (e + 1)])
 
 
+def test_dwa_periods_of_different_lengths_use_their_means_and_an_empty_period_is_ignored():
+    """``every=0`` with :meth:`end_period` after 2 calls, then after 3: L(t−2) and L(t−1) are
+    each period's MEAN loss (the paper's epoch average), not its sum; closing a period with no
+    call in it changes nothing. Period 1: (1, 2) twice, mean (1, 2); period 2: (3, 2), (3, 2),
+    (3, 2), mean (3, 2): r = (3, 1), w = 2 softmax(r / 2)."""
+    agg = build("dwa", every=0)
+    for losses, calls in (([1.0, 2.0], 2), ([3.0, 2.0], 3)):
+        for _ in range(calls):
+            agg.loss_weights(torch.tensor(losses, dtype=torch.float64))
+        agg.end_period()
+        agg.end_period()  # empty: ignored
+    e = math.exp(1.0)  # r/T = (1.5, 0.5): softmax = (e, 1) / (e + 1)
+    _close(agg.loss_weights(torch.ones(2, dtype=torch.float64)), [2 * e / (e + 1), 2 / (e + 1)])
+
+
 # -- FAMO ---------------------------------------------------------------------------------------
 class _FAMOReference:
     """The authors' famo.py (get_weighted_loss / update) with LibMTL's defaults."""
@@ -254,6 +269,15 @@ def test_stch_hand_values():
     agg = build("stch")  # nadir = first losses: weights 1/L, then K softmax(log(L/n)/μ)/L
     _close(agg.loss_weights(torch.tensor([1.0, 2.0], dtype=torch.float64)), [1.0, 0.5])
     _close(agg.loss_weights(torch.tensor([2.0, 2.0], dtype=torch.float64)), [2 * (2 / 3) / 2, 2 * (1 / 3) / 2])
+
+
+def test_stch_keeps_the_warm_up_mean_as_its_nadir():
+    """The state ``nadir`` (checkpointed, logged) is the mean loss of the warm-up calls, fixed
+    once the warm-up ends."""
+    agg = build("stch", warmup=2)
+    for losses in ([1.0, 4.0], [3.0, 2.0], [9.0, 9.0]):
+        agg.loss_weights(torch.tensor(losses, dtype=torch.float64))
+    _close(agg.nadir, [2.0, 3.0])
 
 
 # -- GradNorm -----------------------------------------------------------------------------------

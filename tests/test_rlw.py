@@ -111,3 +111,15 @@ def test_one_backward_path_uses_the_same_draws():
         assert torch.equal(a.weights, b.weights)
     with pytest.raises(ValueError, match="distribution"):
         build("rlw", distribution="gamma")
+
+
+def test_loss_weights_are_the_draws_a_call_makes():
+    """``loss_weights(losses)`` (the public hook of the loss weightings) draws the same sequence
+    as calls on the [K, D] matrix with the same seed, in the losses' dtype."""
+    j = _jacobian(1, 4)
+    a, b = build("rlw", seed=9, distribution="dirichlet"), build("rlw", seed=9, distribution="dirichlet")
+    for _ in range(3):
+        a(j)
+        w = b.loss_weights(torch.ones(4, dtype=torch.float64))
+        assert w.shape == (4,) and w.dtype == torch.float64
+        assert torch.equal(a.weights, w)
