@@ -42,10 +42,42 @@ def test_defaults_and_options_reach_the_solver(name, monkeypatch):
                          ids=["nash_mtl", "fairgrad", "fairgrad-alpha0"])
 @pytest.mark.parametrize("batch", [(), (3,)], ids=["one", "batched"])
 def test_weights_come_back_in_the_gramians_dtype_and_shape(name, options, batch):
+    """Batched: each member's weights (solved and clipped on its own Gramian) equal a call on
+    that Gramian alone, to float32 rounding."""
     js = [_jacobian(s, 4, torch.float32) for s in range(max(batch, default=1))]
     grams = torch.stack([j @ j.T for j in js]).reshape(*batch, 4, 4)
     w = build(name, **options).weights_from_gramian(grams)
     assert w.dtype == torch.float32 and w.shape == (*batch, 4)
+    if batch:
+        for i, j in enumerate(js):
+            torch.testing.assert_close(w[i], build(name, **options).weights_from_gramian(j @ j.T), rtol=1e-5, atol=0)
+
+
+def test_nash_warm_starts_from_its_last_alpha_and_reuses_it_on_schedule(monkeypatch):
+    """Each solve starts from the previous α (the authors' warm start); a new K starts cold;
+    with ``update_weights_every=2`` every second call reuses α, counted from the first call
+    after ``reset()`` as from the first call ever."""
+    inits = []
+    real = nash_module.alpha_fair_solve
+
+    def spy(gram, a, max_iter, tol, init=None):
+        inits.append(None if init is None else init.clone())
+        return real(gram, a, max_iter, tol, init=init)
+
+    monkeypatch.setattr(nash_module, "alpha_fair_solve", spy)
+    agg = build("nash_mtl")
+    agg(_jacobian(0, 4))
+    first = agg.alpha.clone()
+    agg(_jacobian(1, 4))
+    agg(_jacobian(2, 3))  # K changed: no start
+    assert inits[0] is None and torch.equal(inits[1], first) and inits[2] is None
+    inits.clear()
+    agg = build("nash_mtl", update_weights_every=2)
+    for _ in range(2):
+        for s in range(4):
+            agg(_jacobian(s, 4))
+        agg.reset()
+    assert len(inits) == 4  # calls 1 and 3 of each round solve, 2 and 4 reuse
 
 
 def test_fairgrad_alpha_zero_is_the_clipped_sum():
