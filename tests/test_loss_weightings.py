@@ -280,6 +280,27 @@ def test_stch_keeps_the_warm_up_mean_as_its_nadir():
     _close(agg.nadir, [2.0, 3.0])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gls_floors_non_positive_losses_at_eps_times_the_largest(dtype):
+    """A zero or negative loss (an RL actor loss, say) counts as ε·max_k |L_k| (ε of the dtype),
+    so its weight is large but finite: losses (−5, 0, 1000) are read as (f, f, 1000) with
+    f = 1000 ε, and w_k = (f · f · 1000)^(1/3) / (3 L_k)."""
+    f = 1000.0 * torch.finfo(dtype).eps
+    expected = torch.tensor([f, f, 1000.0], dtype=torch.float64)
+    expected = (f * f * 1000.0) ** (1.0 / 3.0) / (3.0 * expected)
+    got = build("gls").loss_weights(torch.tensor([-5.0, 0.0, 1000.0], dtype=dtype))
+    _close(got, expected, tol=1e-5 if dtype == torch.float32 else 1e-12)
+
+
+def test_weighted_loss_takes_one_loss_and_refuses_other_shapes():
+    agg = build("gls")
+    loss = agg.weighted_loss(torch.tensor([2.5], dtype=torch.float64))
+    _close(loss, 2.5)  # K = 1: w = 1
+    for bad in ([1.0, 2.0], torch.ones(2, 2), torch.ones(0)):
+        with pytest.raises(ValueError, match=r"^losses must be a \[K\] tensor with K >= 1"):
+            agg.weighted_loss(bad)
+
+
 # -- GradNorm -----------------------------------------------------------------------------------
 class _GradNormReference:
     """Algorithm 1 of Chen et al.: L_grad = Σ|‖w_k g_k‖ − Ḡ r_k^α| (target constant), Adam on w,

@@ -5,7 +5,8 @@ arXiv 1904.08492): minimise the geometric mean of the task losses,
 
 The weights are computed in log space, exp(mean_j log L_j − log L_k) / K, so the product of
 K losses never over/underflows (K = 200 losses of 1e-3 would underflow Π L in float64).
-Stateless; losses must be positive (they are floored at the dtype's smallest normal number).
+Stateless; losses must be positive (others are floored at ε·max_k |L_k|, ε of the dtype:
+morl.aggregators.loss_weighting.positive).
 LibMTL's GLS backpropagates the same L but returns L_k / (K Π L) as its "weights" for
 logging; the weights here are the ones the gradient actually uses.
 """
