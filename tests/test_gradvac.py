@@ -82,13 +82,14 @@ def test_matches_torchjd_with_the_same_orders(k):
             torch.testing.assert_close(ours(m), r, rtol=1e-10, atol=1e-10 * m.abs().max().item())
 
 
-@pytest.mark.parametrize("k", [3, 5])
+@pytest.mark.parametrize("k", [2, 3, 5])
 def test_a_zero_row_has_cosine_zero_as_torchjds_eps_makes_it(k):
     """A zero gradient (a task whose loss is flat this step) has no direction: its cosine with
     any row counts as 0 (TorchJD with its default eps = 1e-8 in the denominators gets the same
     up to ~1e-8), so rows are corrected towards positive targets only from a defined cosine,
-    and nothing turns NaN. Row 1 is zero in every call. Measured over seeds 0..3 and 4 calls:
-    worst difference 1.4e-9 of max|d_tj|; bound 1e-6."""
+    and nothing turns NaN; the targets of its pairs decay towards 0. Row 1 is zero in every
+    call; K = 2 takes the Python-float path. Measured over seeds 0..3 and 4 calls: worst
+    difference 1.4e-9 of max|d_tj| (targets: 2.7e-10 absolute); bound 1e-6."""
     for seed in range(4):
         mats = [m.clone() for m in _mats(seed, k, 13, 4, shared=0.4)]
         for m in mats:
@@ -102,6 +103,8 @@ def test_a_zero_row_has_cosine_zero_as_torchjds_eps_makes_it(k):
             d = ours(m)
             assert torch.isfinite(d).all() and torch.isfinite(ours.targets).all()
             assert (d - r).abs().max() <= 1e-6 * r.abs().max()
+        # the targets too: the pairs with the zero row decay towards 0 (TorchJD's φ̂, its _phi_t)
+        torch.testing.assert_close(ours.targets, theirs.gramian_weighting._phi_t, rtol=0, atol=1e-6)
 
 
 def test_zero_targets_are_pcgrad():
