@@ -201,3 +201,19 @@ def test_double_sampling_is_refused_as_a_weighting_base(name):
     with pytest.raises(ValueError, match="weights @ grads"):
         build("cr_mogm", base=name, base_options={"double_sampling": True})
     build("cr_mogm", base=name)  # one sample: d = weights @ grads
+
+
+@pytest.mark.parametrize("name, state", [("sdmgrad", "w"), ("modo", "lam")])
+def test_a_skipped_first_call_leaves_the_starting_weights(name, state):
+    """Under ``check_finite="skip"`` a non-finite FIRST call is zeroed and puts the state back
+    to where a fresh aggregator starts: the uniform 1/K (each method's initial λ, Alg. 1 of
+    either paper), not zeros, so the next finite calls equal a fresh aggregator's."""
+    gen = torch.Generator().manual_seed(5)
+    js = [torch.randn(4, 9, generator=gen, dtype=torch.float64) for _ in range(3)]
+    bad = js[0].clone()
+    bad[2, 3] = float("nan")
+    skipping, fresh = build(name, check_finite="skip"), build(name)
+    assert torch.equal(skipping(bad), torch.zeros(9, dtype=torch.float64))
+    torch.testing.assert_close(getattr(skipping, state), torch.full((4,), 0.25, dtype=torch.float64), rtol=0, atol=0)
+    for j in js:
+        torch.testing.assert_close(skipping(j), fresh(j), rtol=0, atol=0)
