@@ -118,3 +118,16 @@ def test_a_preference_of_the_wrong_length_names_the_method(name):
     owner = {"aligned_mtl": "AlignedMTL", "config": "ConFIG"}[name]
     with pytest.raises(ValueError, match=rf"^{owner} pref_vector has 2 entries but got K=3"):
         build(name, pref_vector=[1.0, 2.0])(torch.ones(3, 4))
+
+
+@pytest.mark.parametrize("name, options", METHODS, ids=IDS)
+def test_weights_from_gramian_takes_a_batch(name, options):
+    """The public ``weights_from_gramian`` on [B, K, K] (e.g. m particles' Gramians): [B, K]
+    weights, each member's equal to a call on it alone (the host path)."""
+    agg = build(name, **options)
+    grams = torch.stack([_gram(s, K, K - s) for s in range(3)])
+    grams = grams / grams.diagonal(dim1=-2, dim2=-1).amax(-1)[:, None, None]
+    out = agg.weights_from_gramian(grams)
+    assert out.shape == (3, K)
+    for i in range(3):
+        torch.testing.assert_close(out[i], agg.weights_from_gramian(grams[i]), rtol=0, atol=1e-10)
