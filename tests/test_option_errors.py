@@ -70,3 +70,18 @@ def test_one_iteration_is_a_valid_max_iter_and_zero_is_not(name):
     build(name, max_iter=1)
     with pytest.raises(ValueError, match=rf"^{aggregator_class(name).__name__} option max_iter=0 is not valid; allowed: a finite int >= 1$"):
         build(name, max_iter=0)
+
+
+@pytest.mark.parametrize("name, key", [("dwa", "temperature"), ("stch", "mu")])
+def test_a_zero_divisor_is_refused(name, key):
+    """DWA's T and STCH's μ divide the losses: 0 is refused (strictly positive), 1e-3 accepted."""
+    build(name, **{key: 1e-3})
+    with pytest.raises(ValueError, match=rf"^{aggregator_class(name).__name__} option {key}=0 is not valid; allowed: a finite number > 0$"):
+        build(name, **{key: 0})
+
+
+def test_losses_and_log_variances_may_be_negative():
+    """FAMO's lower bounds of the losses (an RL loss can be negative) and UW's initial log σ²
+    take any finite value."""
+    build("famo", min_losses=-3.5)
+    build("uw", init_log_var=-2.0)
