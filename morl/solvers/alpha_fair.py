@@ -86,7 +86,6 @@ def alpha_fair_solve(
     module docstring), so no bargaining solution exists up to rounding. ``init`` (positive
     weights, e.g. the previous call's) is used where it is positive and finite.
     """
-    k = gram.shape[-1]
     g = gram.to(torch.float64)
     scale = gram_scale(g)
     g = g / scale
