@@ -284,3 +284,15 @@ def test_aligned_mtl_balances_the_singular_values():
             b = balance_transformation(g)
             expected = float(lam[lam > lam[-1] * k * torch.finfo(torch.float64).eps].min()) * kept @ kept.T
             torch.testing.assert_close(b @ g @ b, expected, rtol=0, atol=1e-9 * float(lam[-1]))
+
+
+def test_imtl_g_guards_each_member_of_a_batch_on_its_own():
+    """The degenerate-sum guard compares each Gramian's Σ(G⁺n) with its own Σ|G⁺n|: a regular
+    member at scale 1e30 (its G⁺n ~1e-15) next to the degenerate one keeps its weights."""
+    deg = _degenerate_imtl_g_rows()
+    regular = torch.tensor([[1.0, 0.2], [0.3, 1.0], [-0.5, 0.8]], dtype=torch.float64)
+    grams = torch.stack([deg @ deg.T, 1e30 * (regular @ regular.T)])
+    out = imtl_g_weights(grams)
+    torch.testing.assert_close(out[0], torch.zeros(3, dtype=torch.float64), rtol=0, atol=0)
+    torch.testing.assert_close(out[1], imtl_g_weights(regular @ regular.T), rtol=1e-10, atol=0)
+    assert out[1].abs().sum() > 0.5
