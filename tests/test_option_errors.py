@@ -85,3 +85,18 @@ def test_losses_and_log_variances_may_be_negative():
     take any finite value."""
     build("famo", min_losses=-3.5)
     build("uw", init_log_var=-2.0)
+
+
+BOOLEAN = [
+    (name, key)
+    for name in available()
+    for key, default in options_of(name).items()
+    if isinstance(default, bool)
+]
+
+
+@pytest.mark.parametrize("name, key", BOOLEAN, ids=[f"{n}-{k}" for n, k in BOOLEAN])
+def test_a_switch_refuses_anything_but_true_or_false(name, key):
+    owner = aggregator_class(name).__name__
+    with pytest.raises(ValueError, match=rf"^{owner} option {key}='yes' is not valid; allowed: \S"):
+        build(name, **{key: "yes"})
