@@ -10,6 +10,7 @@ from morl.aggregators import build
 from morl.aggregators import fairgrad as fairgrad_module
 from morl.aggregators import nash_mtl as nash_module
 from morl.solvers.alpha_fair import alpha_fair_solve
+from morl.solvers.min_norm import ridge_for
 
 MODULES = {"nash_mtl": nash_module, "fairgrad": fairgrad_module}
 
@@ -129,3 +130,28 @@ def test_the_alpha_fair_solvers_defaults_are_nash():
     default, explicit = alpha_fair_solve(g), alpha_fair_solve(g, 1.0, 50, 1e-8)
     for x, y in zip(default, explicit):
         assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("a", [0.5, 1.0, 2.0, 4.0])
+@pytest.mark.parametrize("share", [0.1, 0.3, 0.45, 0.55, 0.8])
+@pytest.mark.parametrize("scale", [1e-6, 1.0, 1e6])
+def test_the_stationary_flag_is_the_ridges_share_of_the_condition(a, share, scale):
+    """Two unit rows at cosine −c (a float32 Gramian, so ρ = ridge_for(float32)): by symmetry
+    w₁ = w₂ = w with (1 − c + ρ) w = w^(−1/a), so w = (1 − c + ρ)^(−a/(a+1)) and the ridge's
+    share of each row's condition, ρ w^(1 + 1/a), is ρ / (1 − c + ρ), set here by choosing c.
+    The point is reported stationary exactly when that share is ≥ ½ (the module docstring's
+    rule), whatever α and the Gramian's scale; near the line (share 0.45, 0.55) w is 1e3–1e6
+    times a regular point's, so a wrong exponent in the rule moves the decision. The weights
+    match the formula to 1e-9 relative (measured ≤ 3e-11)."""
+    rho = ridge_for(torch.float32)
+    c = torch.tensor(1.0 - rho * (1.0 - share) / share, dtype=torch.float32)
+    one = torch.ones((), dtype=torch.float32)
+    gram = torch.stack([torch.stack([one, -c]), torch.stack([-c, one])]) * scale
+    g = gram.double()  # the float32-rounded entries, as the solver sees them
+    norm2 = float(g[0, 0])
+    gap = 1.0 + float(g[0, 1]) / norm2
+    w_ref = ((gap + rho) * norm2) ** (-a / (a + 1.0))
+    w, converged, stationary = alpha_fair_solve(gram, a)
+    assert bool(stationary) == (rho / (gap + rho) >= 0.5)
+    assert bool(converged)
+    assert ((w.double() - w_ref).abs() <= 1e-9 * w_ref).all(), (w, w_ref)
