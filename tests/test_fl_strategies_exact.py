@@ -4,12 +4,18 @@
   client deltas), update Σ_i λ_ji Δ_ji. The reference solves the simplex QP exactly by
   enumerating supports: on a support S the minimiser of λᵀGλ with Σλ = 1 is G_S⁻¹1 / 1ᵀG_S⁻¹1;
   the best feasible (λ ≥ 0) candidate is the optimum of this convex QP.
+* ``fedmgda``: FedMGDA+ (Hu et al., arXiv 2006.11489): per model, λ = argmin λᵀĜλ over the simplex
+  with |λ_i − 1/n| ≤ ε on the unit-normalised deltas, update Σ_i λ_i Δ_ji; the reference is
+  quadprog (Goldfarb–Idnani) on the same box-constrained QP.
 * ``linearization``: fixed convex weights w_j ∈ Δ_n per model, update Σ_i w_ji Δ_ji, the same
   weights every round.
 """
 
 import itertools
 
+import numpy as np
+import pytest
+import quadprog
 import torch
 
 from morl.agents.federated import strategies as S
@@ -86,3 +92,31 @@ def test_linearization_weights_are_fixed_convex_and_per_model():
     torch.testing.assert_close(again, w, rtol=0, atol=0)
     other = S.Linearization(num_models=3, num_clients=5, seed=5).aggregate(basis, None, None)
     assert not torch.allclose(other, w)
+
+
+def _box_simplex_qp(gram: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    # quadprog: min ½xᵀGx − aᵀx s.t. Cᵀx ≥ b, the first meq rows equalities (Σλ = 1, λ ≥ lo, −λ ≥ −hi)
+    n = gram.shape[0]
+    constraints = np.hstack([np.ones((n, 1)), np.eye(n), -np.eye(n)])
+    bounds = np.concatenate([[1.0], np.full(n, lo), np.full(n, -hi)])
+    return quadprog.solve_qp(0.5 * (gram + gram.T), np.zeros(n), constraints, bounds, 1)[0]
+
+
+@pytest.mark.parametrize("n", [3, 5, 8])
+@pytest.mark.parametrize("eps", [0.05, 0.2, 1.0])
+def test_fedmgda_weights_are_the_box_constrained_min_norm_point(n, eps):
+    """8 models (one call) × n clients whose deltas share a component (so the box binds for
+    small ε and a simplex face for large ε), norms differing. 300 projected-gradient steps
+    give updates within 1e-6 of quadprog's (relative to the largest delta entry; measured ≤ 6.5e-8
+    over 4 seeds of each (n, ε), 288 problems); the update is
+    Σ λ_i Δ_i with the RAW deltas."""
+    gen = torch.Generator().manual_seed(10 * n + int(100 * eps))
+    m, p = 8, 20
+    deltas = torch.randn(m, n, p, generator=gen, dtype=torch.float64) + 0.5 * torch.randn(m, 1, p, generator=gen, dtype=torch.float64)
+    deltas = deltas * torch.rand(m, n, 1, generator=gen, dtype=torch.float64)
+    lo, hi = max(0.0, 1.0 / n - eps), min(1.0, 1.0 / n + eps)
+    update = S.FedMGDA(eps).aggregate(deltas, None, torch.ones(n))
+    for j in range(m):
+        unit = deltas[j] / deltas[j].norm(dim=-1, keepdim=True)
+        lam = torch.from_numpy(_box_simplex_qp((unit @ unit.T).numpy(), lo, hi))
+        assert (update[j] - lam @ deltas[j]).abs().max() <= 1e-6 * deltas[j].abs().max(), j

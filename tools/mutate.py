@@ -43,10 +43,11 @@ _AGGREGATOR_TESTS = (
 # module -> (files to mutate, fast test files that cover it + pytest options). Order: the brief's, aggregators last.
 MODULES: dict[str, tuple[list[str], list[str]]] = {
     "morl/gradients.py": (["morl/gradients.py"], ["tests/test_gradients.py", "tests/test_gradients_exact.py"]),
+    # alpha_fair.py and dual_cone*.py are mutated with the methods that use them (groups below)
     "morl/solvers": (
-        ["morl/solvers/*"],
+        [f"morl/solvers/{name}.py" for name in ("gramian", "min_norm", "simplex", "simplex_descent")],
         ["tests/test_simplex.py", "tests/test_min_norm.py", "tests/test_min_norm_exact.py", "tests/test_min_norm_edges.py",
-         "tests/test_simplex_descent.py", "tests/test_cagrad_exact.py"],
+         "tests/test_simplex_descent.py", "tests/test_cagrad_exact.py", "tests/test_gramian.py", "tests/test_mgda_edges.py"],
     ),
     "agents/federated": (
         ["agents/federated/strategies.py", "agents/federated/client.py"],
