@@ -60,6 +60,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "agents/rl/mtsac.py": (
         ["agents/rl/mtsac.py"],
         ["tests/test_mtsac.py", "tests/test_mtsac_math.py", "tests/test_mtsac_edges.py", "tests/test_divergence.py",
+         "tests/test_mtsac_repro.py", "tests/test_loss_weighting_learners.py", "-m", "not slow",
          "--deselect", "tests/test_divergence.py::test_huge_critic_lr_stops_with_one_line_naming_step_and_checkpoint",
          "--deselect", "tests/test_divergence.py::test_supervised_huge_lr_stops_with_one_line"],
     ),
