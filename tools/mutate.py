@@ -53,7 +53,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["agents/federated/strategies.py", "agents/federated/client.py"],
         ["tests/test_fl.py", "tests/test_fl_math.py", "tests/test_fl_official.py", "tests/test_fl_strategies_exact.py",
          "tests/test_fl_client_exact.py", "tests/test_fl_state.py",
-         "tests/test_fl_most_linear.py", "tests/test_fl_defaults.py"],
+         "tests/test_fl_most_linear.py", "tests/test_fl_defaults.py", "tests/test_fl_robust.py"],
     ),
     # test_divergence's two whole-run tests (6 s, 5 s; the second is the supervised adapter's)
     # would triple each mutant's time; its fast tests pin the non-finite guard.
