@@ -153,6 +153,43 @@ def test_aggregated_shared_temperature_sees_its_per_task_gradients():
     torch.testing.assert_close(mean_agent.log_alpha.grad, out["alpha_loss"].mean().reshape(1))
 
 
+def test_aggregated_per_task_temperatures_each_get_their_own_gradient():
+    """Per-task temperatures through the aggregator: row t of the [T, T] matrix is task t's
+    gradient on log α_t alone (diagonal), and ``mean``'s direction times T gives each log α_t
+    its own task's gradient, the per-task losses' (as without aggregation)."""
+    agent = _agent("mean", aggregate_temperature=True, init_temperature=0.5)
+    seen = _capture(agent.temperature_aggregator)
+    out = agent.update(_batch(), step=0)
+    matrix, _ = seen[0]
+    torch.testing.assert_close(matrix, torch.diag(out["alpha_loss"]))
+    torch.testing.assert_close(agent.log_alpha.grad, out["alpha_loss"])
+
+
+def test_shared_critic_with_a_loss_weighting_descends_the_weighted_loss():
+    """A shared critic with a loss weighting on the critics (UW: w_t = ½ at the start) takes
+    one backward of Σ_t w_t L_t: T/2 times the plain shared critic's mean-loss gradient (the
+    per-task critics' factor T applies to per-task critics only)."""
+    weighted, plain = _agent("uw", critic="shared", aggregate_critic=True), _agent(critic="shared")
+    weighted.update(_batch(), step=1), plain.update(_batch(), step=1)  # step 1: no actor update
+    for p, q in zip(weighted.critic.parameters(), plain.critic.parameters()):
+        torch.testing.assert_close(p.grad, 0.5 * T * q.grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("critic", ["shared", "per_task"])
+def test_grad_clip_reaches_the_aggregated_critic_step(critic):
+    """``grad_clip`` also clips the critic step whose gradient the aggregator wrote (shared critic:
+    the per-task rows through CAGrad). Adam's first moment after one step is (1 − β1)·g, so it
+    shows the clipped gradient: norm ≤ clip·(1 − β1) (clip 1e-3, far below the raw norm)."""
+    clip = 1e-3
+    agent = _agent("cagrad", critic=critic, aggregate_critic=True, grad_clip=clip)
+    unclipped = _agent("cagrad", critic=critic, aggregate_critic=True)
+    agent.update(_batch(), step=1), unclipped.update(_batch(), step=1)
+    moment = torch.cat([agent.critic_opt.state[p]["exp_avg"].reshape(-1) for p in agent.critic.parameters()])
+    raw = torch.cat([p.grad.reshape(-1) for p in unclipped.critic.parameters()])
+    assert float(raw.norm()) > 100 * clip  # the same update's gradient without the clip
+    assert float(moment.norm()) <= clip * 0.1 * (1 + 1e-5)
+
+
 # -- log-probability clamp -----------------------------------------------------------------
 def test_log_prob_clamp_caps_the_jacobian_at_log_epsilon():
     mean = torch.tensor([[30.0, -30.0]])  # tanh saturates to exactly ±1 in float32
@@ -222,6 +259,26 @@ def test_state_round_trip_of_the_cagrad_learner_gives_an_identical_next_update()
     torch.save(agent.state_dict(), raw)
     restored = _agent("cagrad", seed=7, **CAGRAD_RUN)
     restored.load_state_dict(torch.load(io.BytesIO(raw.getvalue()), weights_only=False))
+    out_a, out_b = agent.update(_batch(9), 3), restored.update(_batch(9), 3)
+    for key in out_a:
+        assert torch.equal(out_a[key], out_b[key]), key
+
+
+def test_state_round_trip_restores_the_temperature_aggregators_state():
+    """A stateful aggregator (MoCo: its tracked gradients y and weights λ) on the actor, the
+    critic and the temperature: a restored agent's next update is bit-identical, which needs
+    each of the three states back."""
+    options = dict(CAGRAD_RUN)
+    agent = _agent("moco", **options)
+    for step in range(3):
+        agent.update(_batch(step), step)
+    raw = io.BytesIO()
+    torch.save(agent.state_dict(), raw)
+    restored = _agent("moco", seed=7, **options)
+    restored.load_state_dict(torch.load(io.BytesIO(raw.getvalue()), weights_only=False))
+    for key, value in agent.temperature_aggregator.state_dict().items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, restored.temperature_aggregator.state_dict()[key]), key
     out_a, out_b = agent.update(_batch(9), 3), restored.update(_batch(9), 3)
     for key in out_a:
         assert torch.equal(out_a[key], out_b[key]), key
