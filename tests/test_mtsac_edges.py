@@ -261,3 +261,20 @@ def test_updates_keep_no_autograd_history_and_hold_a_constant_number_of_tensors(
     for opt in (agent.actor_opt, agent.critic_opt, agent.alpha_opt):
         bound = getattr(opt, "param_bound", None)
         assert bound is not None and bound.grad_fn is None and not bound.requires_grad
+
+
+@pytest.mark.parametrize("check_finite", ["raise", "skip"])
+def test_the_agent_trains_its_own_copies_of_the_aggregator(check_finite):
+    """The aggregator a user passes is a template: the critic (and temperature) aggregators are
+    independent copies (MoCo's tracked y and λ are buffers), and so is the actor's when the
+    template raises on non-finite input (the agent needs a non-raising one: no host sync); a
+    non-raising template is used for the actor as it is."""
+    template = morl.build("moco", check_finite=check_finite)
+    agent = MTSAC(OBS, A, T, _cfg(aggregate_critic=True), template, "cpu", 0)
+    for step in range(2):
+        agent.update(_batch(step), step)
+    actor, critic = agent.aggregator, agent.critic_aggregator
+    assert (actor is template) == (check_finite == "skip") and critic is not actor
+    if check_finite == "raise":
+        assert template.y is None and template.lam is None  # never called
+    assert actor.y.shape != critic.y.shape  # actor vs critic gradients: separate buffers

@@ -36,10 +36,10 @@ LR = 1e-3
 LOG_ALPHA = [math.log(0.5), 0.0, math.log(2.0)]  # distinct per task: the wrong task's α shows
 
 
-def _agent(path: str, target_entropy: float = TARGET_ENTROPY) -> MTSAC:
+def _agent(path: str, target_entropy: float = TARGET_ENTROPY, log_prob_clamp: float | None = None) -> MTSAC:
     cfg = MTSACConfig(hidden_sizes=[16, 16], batch_size=T * B, buffer_capacity=100, actor_lr=LR, critic_lr=LR,
                       alpha_lr=LR, gamma=GAMMA, tau=TAU, target_entropy=target_entropy,
-                      aggregate="none" if path == "none" else "actor")
+                      aggregate="none" if path == "none" else "actor", log_prob_clamp=log_prob_clamp)
     agent = MTSAC(OBS, A, T, cfg, morl.build("mean"), "cpu", seed=0)
     if path == "vmapped":
         agent._plain_mean = False  # per-task gradients -> Mean aggregator -> .grad (the path of every aggregator)
@@ -82,15 +82,17 @@ def _min_q(weights, biases, t, obs, act):
     return torch.minimum(_q(weights, biases, t, 0, obs, act), _q(weights, biases, t, 1, obs, act))
 
 
-def _tanh_gaussian(mean, log_std, eps):
-    """Reparameterised a = tanh(u), u = μ + σ ε, and log π(a) = log N(u; μ, σ) − Σ log(1 − tanh(u)²)."""
+def _tanh_gaussian(mean, log_std, eps, clamp=None):
+    """Reparameterised a = tanh(u), u = μ + σ ε, and log π(a) = log N(u; μ, σ) − Σ log(1 − tanh(u)²);
+    with mtrl's clamp ε: − Σ log(max(1 − a², 0) + ε) instead."""
     std = log_std.exp()
     u = mean + std * eps
-    logp = Normal(mean, std).log_prob(u).sum(-1) - torch.log1p(-torch.tanh(u) ** 2).sum(-1)
-    return torch.tanh(u), logp
+    a = torch.tanh(u)
+    jacobian = torch.log1p(-a ** 2) if clamp is None else torch.log((1 - a ** 2).clamp_min(0) + clamp)
+    return a, Normal(mean, std).log_prob(u).sum(-1) - jacobian.sum(-1)
 
 
-def _reference(agent: MTSAC, batch, eps_next, eps, critic_after):
+def _reference(agent: MTSAC, batch, eps_next, eps, critic_after, clamp=None):
     """Hand computation of one update's gradients from the pre-update agent (float64)."""
     actor = copy.deepcopy(agent.actor).double()
     cw, cb = _double(agent.critic.weights), _double(agent.critic.biases)
@@ -103,13 +105,13 @@ def _reference(agent: MTSAC, batch, eps_next, eps, critic_after):
     for t in range(T):
         with torch.no_grad():
             mean, log_std = actor(b64["next_obs"][t], eye[t])
-            a_next, logp_next = _tanh_gaussian(mean, log_std, eps_next[t].double())
+            a_next, logp_next = _tanh_gaussian(mean, log_std, eps_next[t].double(), clamp)
             soft_v = _min_q(tw, tb, t, b64["next_obs"][t], a_next) - alpha[t] * logp_next
             y = b64["reward"][t] + GAMMA * (1 - b64["terminated"][t]) * soft_v
         targets.append(y)
         critic_loss.append(sum(((_q(cw, cb, t, j, b64["obs"][t], b64["action"][t]) - y) ** 2).mean() for j in range(2)))
         mean, log_std = actor(b64["obs"][t], eye[t])
-        act, logp = _tanh_gaussian(mean, log_std, eps[t].double())
+        act, logp = _tanh_gaussian(mean, log_std, eps[t].double(), clamp)
         actor_losses.append((alpha[t] * logp - _min_q(aw, ab, t, b64["obs"][t], act)).mean())
         logps.append(logp.detach())
     critic_grads = torch.autograd.grad(sum(critic_loss), [*cw, *cb])
@@ -130,13 +132,13 @@ def _noise(agent: MTSAC):
     return torch.randn(T, B, A, generator=g), torch.randn(T, B, A, generator=g)
 
 
-def _run(path: str):
-    agent = _agent(path)
+def _run(path: str, clamp: float | None = None):
+    agent = _agent(path, log_prob_clamp=clamp)
     before = copy.deepcopy(agent)
     batch = _batch()
     eps_next, eps = _noise(agent)
     out = agent.update(batch, step=0)
-    return before, agent, out, _reference(before, batch, eps_next, eps, agent.critic)
+    return before, agent, out, _reference(before, batch, eps_next, eps, agent.critic, clamp)
 
 
 def _adam_first_step(p0: torch.Tensor, g: torch.Tensor, lr: float) -> torch.Tensor:
@@ -172,8 +174,15 @@ def test_tanh_gaussian_log_prob_matches_torch_distributions():
 
 
 @pytest.mark.parametrize("path", ["mean_fast", "vmapped", "none"])
-def test_one_update_matches_the_hand_computed_sac_gradients(path):
-    _, agent, out, ref = _run(path)
+@pytest.mark.parametrize("clamp", [None, 0.5])
+def test_one_update_matches_the_hand_computed_sac_gradients(path, clamp):
+    """clamp 0.5: mtrl's log-prob form with a large ε, so that every log π (the TD target's, the
+    actor's and the temperature's) moves visibly (checked below) and each must use it."""
+    _, agent, out, ref = _run(path, clamp)
+    if clamp is not None:
+        exact = _run(path)[3]
+        assert float((ref["target"] - exact["target"]).abs().max()) > 0.05
+        assert float((ref["logp"] - exact["logp"]).abs().max()) > 0.05
     # Measured errors are <= 10% of each tolerance over 20 agent seeds (critic grads up to 34, actor up to 13).
     # critics: TD target with (1 − terminated), per-task α, target nets; loss Σ_j mean_b (Q_j − y)²
     torch.testing.assert_close(out["critic_loss"].double(), ref["critic_loss"], rtol=1e-5, atol=1e-6)
