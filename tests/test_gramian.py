@@ -4,7 +4,8 @@
 import pytest
 import torch
 
-from morl.solvers.gramian import CHUNK, CHUNKED_K, TRIANGLE_K, gramian, gramian_and_top
+from morl.solvers.gramian import (CHUNK, CHUNKED_K, TRIANGLE_K, _product, gram_scale, gramian, gramian_and_top,
+                                  normalized_gramian)
 
 
 @pytest.mark.parametrize("k", [CHUNKED_K[0], 8, CHUNKED_K[1]])
@@ -21,6 +22,9 @@ def test_chunked_product_against_float64(k):
         assert gram.dtype == torch.float32 and gram.shape == (k, k)
         assert float((gram.double() - exact).abs().max()) <= 1e-6 * float(exact.abs().max())
         torch.testing.assert_close(gram, gram.T, rtol=1e-6, atol=1e-6 * float(exact.abs().max()))
+        # the product itself (gramian() would hide a product that came out all zero: it then
+        # redoes it on rescaled rows)
+        assert float((_product(grads).double() - exact).abs().max()) <= 1e-6 * float(exact.abs().max())
 
 
 def test_top_is_the_largest_diagonal_entry_and_absent_off_cpu():
@@ -44,6 +48,94 @@ def test_two_block_product_against_float64(k):
         grads = torch.randn(k, d, generator=gen) + 0.5 * torch.randn(1, d, generator=gen)
         grads[seed] *= -3.0  # rows of different norms and a sign, so no block is interchangeable
         exact = grads.double() @ grads.double().T
-        gram = gramian(grads)
+        gram = _product(grads)  # the product itself, not gramian()'s rescaled fallback
         assert float((gram.double() - exact).abs().max()) <= 1e-6 * float(exact.abs().max())
-        assert torch.equal(gram, gram.T)
+        assert torch.equal(gram, gram.T) and torch.equal(gramian(grads), gram)
+
+
+@pytest.mark.parametrize("k", [CHUNKED_K[0], TRIANGLE_K])
+def test_chunked_and_two_block_products_keep_float64(k):
+    """Both CPU products accumulate in the rows' dtype: float64 rows give the float64 Gramian to
+    1e-12 relative (a float32 accumulator would be off by ~1e-7)."""
+    grads = _rows(k, k, 4 * CHUNK + 7, torch.float64)
+    exact = grads @ grads.T
+    gram = _product(grads)
+    assert gram.dtype == torch.float64
+    assert float((gram - exact).abs().max()) <= 1e-12 * float(exact.abs().max())
+
+
+def _rows(seed: int, k: int, d: int, dtype=torch.float32) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + 0.5 * torch.randn(1, d, generator=gen, dtype=torch.float64)
+    j[0] *= -2.0  # rows of different norms and a sign
+    return j.to(dtype)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-20, 1e-12, 1.0, 1e12, 1e20, 1e30])
+@pytest.mark.parametrize("batched", [False, True])
+def test_float32_gramian_at_any_scale_against_float64(scale, batched):
+    """Rows of float32 entries ~scale: from 1e-20 down the float32 product underflows (G ~ scale²
+    ≤ 1e-40), from 1e20 up it overflows; on CPU the product is then redone on rows divided by
+    their largest |entry| and returned in float64. Either way G matches the float64 product of
+    the same float32 rows to 1e-6 of its largest entry (float32 sums; measured ≤ 1.9e-7), for
+    one matrix and for a batch of two at scales 1/scale apart (the second all negative), each
+    divided by its own largest |entry|."""
+    grads = _rows(0, 5, 300) * scale
+    grads[2] = -grads[2].abs()  # a row whose largest |entry| is negative
+    if batched:  # members scaled apart (scale and 1/scale): each is rescaled by its own largest entry
+        grads = torch.stack([grads, -_rows(1, 5, 300).abs() / scale])
+    exact = grads.double() @ grads.double().transpose(-2, -1)
+    gram = gramian(grads)
+    assert gram.shape == exact.shape and bool(torch.isfinite(gram).all())
+    top = exact.diagonal(dim1=-2, dim2=-1).amax(-1)[..., None, None]
+    assert bool(((gram.double() - exact).abs() <= 1e-6 * top).all())
+    normal = 1e-12 <= scale <= 1e12
+    assert gram.dtype == (torch.float32 if normal else torch.float64)
+
+
+def test_an_all_zero_matrix_has_a_zero_gramian():
+    """All zero rows (out of range for the direct product's check, so rescaled): G = 0, not NaN."""
+    for grads in (torch.zeros(3, 5), torch.zeros(2, 3, 5)):
+        gram = gramian(grads)
+        assert gram.shape == grads.shape[:-1] + (3,) and bool((gram == 0).all())
+
+
+def test_a_non_finite_row_keeps_its_nan_or_inf_diagonal():
+    """A NaN or inf entry is not rescaled away: the Gramian's diagonal names the bad row (the
+    aggregators' non-finite policy reads it) and the good rows' entries stay exact."""
+    grads = _rows(2, 3, 7)
+    grads[1, 4] = float("nan")
+    gram = gramian(grads)
+    assert torch.isnan(gram[1, 1]) and torch.isfinite(gram[0, 0]) and torch.isfinite(gram[2, 2])
+    grads[1, 4] = float("inf")
+    assert torch.isinf(gramian(grads)[1, 1])
+    exact = grads[[0, 2]].double() @ grads[[0, 2]].double().T
+    torch.testing.assert_close(gramian(grads)[[0, 2]][:, [0, 2]].double(), exact, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, None])
+def test_normalized_gramian_is_g_over_its_largest_diagonal_entry(dtype):
+    """(G / s, s), s = max_k ‖g_k‖², per member of a batch; dtype None keeps the input's dtype;
+    an all-zero matrix has s = 1 (G / s = 0, not NaN)."""
+    grads = torch.stack([_rows(3, 4, 9), _rows(4, 4, 9) * 1e3, torch.zeros(4, 9)])
+    gram, s = normalized_gramian(grads, dtype)
+    exact = grads.double() @ grads.double().transpose(-2, -1)
+    expected_s = exact.diagonal(dim1=-2, dim2=-1).amax(-1)
+    expected_s[2] = 1.0
+    assert gram.dtype == (dtype or torch.float32) and s.shape == (3,)
+    torch.testing.assert_close(s.double(), expected_s, rtol=1e-6, atol=0)
+    torch.testing.assert_close(gram.double(), exact / expected_s[:, None, None], rtol=1e-5, atol=1e-6)
+    one, s_one = normalized_gramian(grads[1])  # one matrix: a 0-d scale
+    assert s_one.shape == () and one.dtype == torch.float64
+    torch.testing.assert_close(one, gram[1].to(one.dtype), rtol=1e-6, atol=1e-7)
+    assert float(gram[:2].diagonal(dim1=-2, dim2=-1).amax()) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_gram_scale_is_one_for_tiny_or_zero_gramians():
+    """Below √(smallest normal) the largest diagonal entry is replaced by 1 (dividing by it would
+    overflow the solvers' iterates); above, it is the entry itself."""
+    tiny = torch.finfo(torch.float64).tiny ** 0.5
+    grams = torch.stack([torch.eye(2, dtype=torch.float64) * v for v in (0.0, 0.5 * tiny, 2 * tiny, 3.0)])
+    grams[3, 1, 1] = 7.0
+    assert gram_scale(grams).flatten().tolist() == [1.0, 1.0, 2 * tiny, 7.0]
+    assert gram_scale(grams).shape == (4, 1, 1)
