@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from morl.solvers.min_norm import (
-    EPS_2, kkt_violation, min_norm, min_norm_exact, min_norm_gap, min_norm_solve, ridge_for,
+    EPS_2, kkt_violation, min_norm, min_norm_2_host, min_norm_exact, min_norm_gap, min_norm_solve, ridge_for,
 )
 from test_min_norm_exact import exact_min_norm, random_grams
 
@@ -227,3 +227,24 @@ def test_float32_warm_start_for_a_float32_gramian():
     assert lam.dtype == torch.float32 and bool(done)
     ref = exact_min_norm(ridged(g32.double().numpy(), ridge_for(torch.float32)))
     np.testing.assert_allclose(lam.double().numpy(), ref, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1e-6, 1.0, 1e6])
+def test_min_norm_2_host_is_the_minimiser_on_the_segment(scale):
+    """The K = 2 host closed form (MGDA's path for one small CPU Gramian, Python floats) against
+    a direct minimisation of ‖λ g1 + (1 − λ) g2‖² over 200001 points of [0, 1]: an interior
+    minimiser, both clamped ends (one row shorter than its projection), equal rows (λ = 0, the
+    reference code's choice) and opposite rows, at scales where ‖g1 − g2‖² is below and above 1."""
+    pairs = [([1.0, 0.2], [0.1, 1.0]), ([1.0, 0.0], [3.0, 0.5]), ([3.0, 0.5], [1.0, 0.0]),
+             ([0.5, 0.5], [0.5, 0.5]), ([1.0, -2.0], [-1.0, 2.0])]
+    grid = np.linspace(0.0, 1.0, 200001)
+    for g1, g2 in pairs:
+        g1, g2 = np.array(g1) * scale, np.array(g2) * scale
+        gram = [[g1 @ g1, g1 @ g2], [g2 @ g1, g2 @ g2]]
+        lam = min_norm_2_host(gram)
+        assert lam[0] + lam[1] == 1.0 and 0.0 <= lam[0] <= 1.0
+        norms = ((grid[:, None] * g1 + (1 - grid[:, None]) * g2) ** 2).sum(1)
+        best = grid[np.flatnonzero(norms <= norms.min() * (1 + 1e-12) + 1e-300)]
+        assert best.min() - 1e-5 <= lam[0] <= best.max() + 1e-5, (g1, g2, lam, best.min(), best.max())
+        if np.array_equal(g1, g2):
+            assert lam == [0.0, 1.0]
