@@ -283,3 +283,23 @@ def test_bad_option_names_the_field_and_what_is_allowed(field, value, words):
         MTSACConfig(**{field: value}).validate(T)
     for word in words:
         assert word in str(exc.value)
+
+
+@pytest.mark.parametrize("saved_with, loaded_into", [(True, False), (False, True)])
+def test_temperature_aggregator_state_is_optional_on_either_side(saved_with, loaded_into):
+    """The temperature's aggregator state travels only between agents that both aggregate the
+    temperature: a state saved with one loads into an agent without one (and the reverse,
+    which keeps its own fresh aggregator); everything else (here the actor) still comes back."""
+    run = dict(CAGRAD_RUN, aggregate_temperature=saved_with)
+    agent = _agent("moco", **run)
+    for step in range(2):
+        agent.update(_batch(step), step)
+    state = agent.state_dict()
+    assert (state["temperature_aggregator"] is not None) == saved_with
+    restored = _agent("moco", seed=7, **dict(CAGRAD_RUN, aggregate_temperature=loaded_into))
+    fresh = None if restored.temperature_aggregator is None else dict(restored.temperature_aggregator.state_dict())
+    restored.load_state_dict(state)
+    for key, value in agent.actor.state_dict().items():
+        assert torch.equal(value, restored.actor.state_dict()[key]), key
+    if loaded_into:
+        assert restored.temperature_aggregator.state_dict().keys() == fresh.keys()
