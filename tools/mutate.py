@@ -84,6 +84,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["morl/aggregators/cagrad.py"],
         [*_AGGREGATOR_TESTS, "-k", "cagrad"],
     ),
+    "morl/aggregators/pcgrad.py": (  # session 10: the three files of the 380b9cb run that were complete there
+        [f"morl/aggregators/{name}.py" for name in ("pcgrad", "mean", "epo_al")],
+        [*_AGGREGATOR_TESTS, "tests/test_host_path.py", "-k", "pcgrad or mean or epo"],
+    ),
     "morl/aggregators/moco.py": (
         ["morl/aggregators/moco.py"],
         [*_AGGREGATOR_TESTS, "-k", "moco"],
