@@ -280,3 +280,44 @@ def test_bad_calls_raise():
         agg(torch.ones(3, 3), torch.ones(3))
     with pytest.raises(ValueError, match="objective 1"):
         EPOAL()(torch.ones(2, 3), torch.tensor([1.0, math.nan]))
+
+
+def test_defaults_are_the_papers_fig1_values():
+    """η = 10 and μ = 0.1, the values of the paper's Fig. 1 run, as the docstring states."""
+    agg = EPOAL()
+    assert (agg.eta, agg.mu, agg.preference) == (10.0, 0.1, None)
+
+
+def test_one_objective_with_an_explicit_preference_descends_its_gradient():
+    """K = 1 is allowed with a preference (K >= 1 numbers): the fairness residual is 0, so the
+    weight stays the dual's start 1 and the direction is the gradient itself."""
+    agg = EPOAL(preference=[2.0])
+    g = torch.tensor([[3.0, -1.0, 0.5]], dtype=torch.float64)
+    for _ in range(3):
+        assert torch.equal(agg(g, torch.tensor([0.7], dtype=torch.float64)), g[0])
+    assert torch.equal(agg.p, torch.ones(1, dtype=torch.float64))
+
+
+def test_a_preference_given_as_floats_is_kept_in_float64():
+    """A float64 run sees the preference as typed, not rounded to float32 (0.1 is 1.5e-9 off in
+    float32): c = r ⊙ (r ⊙ J − mean(r ⊙ J)) against the float64 hand value to 1e-16."""
+    pref = [0.1, 0.7, 0.3]
+    agg = EPOAL(preference=pref)
+    assert agg.preference.dtype == torch.float64 and agg.preference.tolist() == pref
+    losses = torch.tensor([1.3, 0.2, 2.9], dtype=torch.float64)
+    r = torch.tensor(pref, dtype=torch.float64)
+    v = r * losses
+    c = r * (v - v.mean())
+    agg(torch.eye(3, dtype=torch.float64), losses)
+    assert torch.allclose(agg.weights, 1.0 / 3 + 10.0 * c, rtol=0, atol=1e-16)
+
+
+def test_the_default_uniform_preference_is_in_the_run_dtype():
+    """Without a preference r = 1/K in the gradients' dtype: in float64, 1/3 to 1e-16 (float32's
+    1/3 is 1e-8 off), against the hand value of c."""
+    agg = EPOAL()
+    losses = torch.tensor([1.3, 0.2, 2.9], dtype=torch.float64)
+    r = torch.full((3,), 1.0 / 3, dtype=torch.float64)
+    v = r * losses
+    agg(torch.eye(3, dtype=torch.float64), losses)
+    assert torch.allclose(agg.weights, 1.0 / 3 + 10.0 * r * (v - v.mean()), rtol=0, atol=1e-16)
