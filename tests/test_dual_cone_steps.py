@@ -1,0 +1,135 @@
+"""The dual cone's iterative solver (FISTA, then primal active-set steps with minor and arc
+steps) on rank-deficient Gramians, against quadprog: right-hand sides of DualProj (the mean),
+UPGrad (p_i e_i) and random positive ones, on the CPU route and on the branch-free route a
+GPU takes. Every solve must end at the optimum of v ≥ u, min vᵀGv, and say so."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import quadprog
+import torch
+
+import morl.solvers.dual_cone as dc
+
+SEEDS = range(6)
+
+
+def _gramian(seed: int, k: int, rank: int, spread: float) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(31 * k + seed)
+    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(rank, 30, generator=gen, dtype=torch.float64)
+    j = j * (10.0 ** (spread * torch.rand(k, 1, generator=gen, dtype=torch.float64)))
+    return j @ j.T
+
+
+def _right_hand_sides(k: int, seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.cat([torch.full((1, k), 1.0 / k, dtype=torch.float64), torch.eye(k, dtype=torch.float64) / k,
+                      torch.rand(2, k, generator=gen, dtype=torch.float64)])
+
+
+def _qp_values(gram: torch.Tensor, u: torch.Tensor) -> np.ndarray:
+    """min vᵀGv over v ≥ u for each row of u, by quadprog on G / max diag + 1e-10·I (positive
+    definite; moves each optimum by ≤ 1e-10 · ‖v‖² · max diag)."""
+    top = float(gram.diagonal().max())
+    g = gram.numpy() / top + 1e-10 * np.eye(gram.shape[0])
+    out = []
+    for row in u.numpy():
+        v = quadprog.solve_qp(g, np.zeros(len(row)), np.eye(len(row)), row)[0]
+        out.append(float(v @ gram.numpy() @ v))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("k, rank", [(12, 6), (12, 2), (16, 8)])
+@pytest.mark.parametrize("route", ["cpu", "branch_free"])
+def test_iterative_projection_is_optimal_and_converged(k, rank, route, monkeypatch):
+    """exact_max_k = 0 sends every problem to FISTA + active-set steps (no Python-float rounds:
+    PDAS_ROUNDS = 0). Margin: vᵀGv within 1e-9 · max diag · (Σ|u|)² of quadprog's, v ≥ u to
+    1e-12 · max|u| (measured over 30 seeds of each case, 2940 projections on each route: all
+    converged, ≤ 7.6e-12 of that scale)."""
+    monkeypatch.setattr(dc, "PDAS_ROUNDS", 0)
+    if route == "branch_free":
+        monkeypatch.setattr(dc, "reads_are_free", lambda t: False)
+    for seed in SEEDS:
+        for spread in (0.0, 3.0):
+            gram = _gramian(seed, k, rank, spread)
+            u = _right_hand_sides(k, seed)
+            v, ok = dc.project_to_dual_cone(gram, u, exact_max_k=0)
+            assert bool(ok.all()), (seed, spread)
+            assert bool((v >= u - 1e-12 * u.abs().amax()).all())
+            top = float(gram.diagonal().max())
+            obj = ((v @ gram) * v).sum(-1).numpy()
+            slack = 1e-9 * top * u.abs().sum(-1).square().numpy()
+            assert (obj <= _qp_values(gram, u) + slack).all(), (seed, spread)
+
+
+def _steps_transcribed(g: np.ndarray, c: np.ndarray, z: np.ndarray, free: np.ndarray, tol: float, rounds: int):
+    """The primal active-set steps as the docstring of active_set_steps states them (Lawson &
+    Hanson's NNLS steps with Bertsekas' projection arc), for one right-hand side: y minimises
+    zᵀĜz with z_A = c_A on the free set F. If y ≥ c on F (major), z = y and every active row
+    whose multiplier (Ĝy)_k is below −tol·scale is freed (none: optimal). Otherwise (minor)
+    move towards y until the first free row reaches its bound (θ = min (z−c)/(z−y) over rows
+    with y < c; those at the minimum are fixed), and take instead the lowest of the arc points
+    max(z + α(y − z), c), α = 1, 1/2, ..., 1/16, where it is strictly lower."""
+    k = len(c)
+    def obj(x):
+        return float(x @ g @ x)
+    for _ in range(rounds):
+        y = c.copy()
+        f = np.flatnonzero(free)
+        a = np.flatnonzero(~free)
+        if len(f):
+            y[f] = np.linalg.solve(g[np.ix_(f, f)], -g[np.ix_(f, a)] @ c[a])
+        scale = max(np.abs(c).max(), np.sqrt(max(obj(y), 0.0)))
+        if (y[f] >= c[f] - 1e-12 * scale).all():
+            z = np.maximum(y, c)
+            mu = g @ y
+            entering = (~free) & (mu < -tol * scale)
+            if not entering.any():
+                return z, free, True
+            free = free | entering
+            continue
+        blocked = free & (y < c)
+        ratio = np.full(k, np.inf)
+        ratio[blocked] = (z[blocked] - c[blocked]) / (z[blocked] - y[blocked])
+        theta = min(max(ratio.min(), 0.0), 1.0)
+        z_new = np.maximum(z + theta * (y - z), c)
+        z_new[ratio <= theta] = c[ratio <= theta]
+        free_new = free & (ratio > theta)
+        best = obj(z_new)
+        for alpha in dc.ARC_STEPS:
+            z_arc = np.maximum(z + alpha * (y - z), c)
+            if obj(z_arc) < best:
+                z_new, free_new, best = z_arc, free & (z_arc > c), obj(z_arc)
+        z, free = z_new, free_new
+    return z, free, False
+
+
+def _unit_problem(seed: int, k: int, b: int):
+    gen = np.random.default_rng(seed)
+    j = gen.standard_normal((k, k + 3)) + 0.5 * gen.standard_normal(k + 3)
+    j /= np.linalg.norm(j, axis=1, keepdims=True)
+    c = gen.uniform(-0.2, 1.0, size=(b, k))  # mostly positive bounds: the free minimiser 0 violates them
+    return j @ j.T, c
+
+
+@pytest.mark.parametrize("k", [5, 8, 12])
+def test_each_active_set_round_is_the_documented_step(k):
+    """active_set_steps run for r = 1, 2, ... rounds from z = c + 1 with every row free (the
+    free minimiser is 0, below the positive bounds: minor and arc steps first) equals the
+    transcription after r rounds, to 1e-10; three right-hand sides in one batch, each against
+    its own transcription (per-problem θ, masks and done flags)."""
+    for seed in range(5):
+        g, c = _unit_problem(seed, k, 3)
+        gt, ct = torch.from_numpy(g), torch.from_numpy(c)
+        for r in range(1, 3 * k):
+            z, done = dc.active_set_steps(gt, ct, ct + 1.0, torch.ones(3, k, dtype=torch.bool), 1e-10, r)
+            finished = []
+            for i in range(3):
+                want, _, done_want = _steps_transcribed(g, c[i], c[i] + 1.0, np.ones(k, dtype=bool), 1e-10, r)
+                np.testing.assert_allclose(z[i].numpy(), want, atol=1e-10, err_msg=f"seed {seed}, row {i}, {r} rounds")
+                assert bool(done[i]) == done_want, (seed, i, r)
+                finished.append(done_want)
+            if all(finished):
+                break
+        assert all(finished), seed
