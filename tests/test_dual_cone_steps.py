@@ -133,3 +133,24 @@ def test_each_active_set_round_is_the_documented_step(k):
             if all(finished):
                 break
         assert all(finished), seed
+
+
+@pytest.mark.parametrize("k", [5, 12])
+def test_a_batch_of_gramians_is_projected_as_each_alone(k, monkeypatch):
+    """Four Gramians [4, K, K] (rank K/2 + 1 and K) with their own right-hand sides [4, B, K]
+    through the iterative solver (exact_max_k = 0, no Python-float rounds, so one Gramian takes
+    the same route): each member reaches its own call's objective vᵀGv (v is not unique for
+    singular G) to 1e-12 · max diag · (Σ|u|)², is feasible and converged (the masks and
+    steps of the active-set phase act per problem along every batch dimension)."""
+    monkeypatch.setattr(dc, "PDAS_ROUNDS", 0)
+    for rank in (k // 2 + 1, k):
+        grams = torch.stack([_gramian(seed, k, rank, 1.0) for seed in range(4)])
+        u = torch.stack([torch.eye(k, dtype=torch.float64) / k] * 2 + [_right_hand_sides(k, 2)[:k], _right_hand_sides(k, 3)[:k]])
+        v, ok = dc.project_to_dual_cone(grams, u, exact_max_k=0)
+        assert bool(ok.all()) and bool((v >= u - 1e-12).all())
+        for i in range(4):
+            alone, _ = dc.project_to_dual_cone(grams[i], u[i], exact_max_k=0)
+            top = float(grams[i].diagonal().max())
+            scale = top * u[i].abs().sum(-1).square()
+            obj, obj_alone = ((v[i] @ grams[i]) * v[i]).sum(-1), ((alone @ grams[i]) * alone).sum(-1)
+            assert bool(((obj - obj_alone).abs() <= 1e-12 * scale).all()), (rank, i)
