@@ -199,3 +199,23 @@ def test_cold_solves_of_float32_rank_deficient_and_stationary_gramians(k):
             assert float(lam.min()) >= 0.0 and abs(float(lam.sum()) - 1.0) < 1e-6
             top = float(gram.diagonal().max())
             assert float(0.5 * lam @ gram @ lam) <= _qp_optimum(gram) + 4e-6 * top, (seed, i)
+
+
+@pytest.mark.parametrize("k, seed, init", [(24, 19, None), (24, 29, None), (16, 27, "centre"), (24, 12, "vertex"),
+                                           (24, 15, "vertex"), (24, 19, "vertex")])
+def test_instances_that_need_more_than_k_plus_10_wolfe_rounds(k, seed, init):
+    """Found by the 30-seed sweeps above: cold solves of float32 stationary Gramians (rank K/2)
+    and warm solves of float64 ones (rank K/2, norms over 1e6) that Wolfe's K + 10 rounds
+    leave unfinished; the extra rounds (cold) and the cold re-solve (warm) finish them at the
+    optimum."""
+    if init is None:
+        gram = _hard_gramian(seed, k, k // 2, True)
+        lam, ok = mn.min_norm_solve(gram.float())
+        lam, tol = lam.double(), 4e-6
+    else:
+        gram = _gramian(seed, k, k // 2, 6.0)
+        lam, ok = mn.min_norm_solve(gram, init=_starts(k, seed)[init])
+        tol = 1e-9
+    assert bool(ok)
+    top = float(gram.diagonal().max())
+    assert float(0.5 * lam @ gram @ lam) <= _qp_optimum(gram) + tol * top
