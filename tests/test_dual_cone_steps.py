@@ -154,3 +154,13 @@ def test_a_batch_of_gramians_is_projected_as_each_alone(k, monkeypatch):
             scale = top * u[i].abs().sum(-1).square()
             obj, obj_alone = ((v[i] @ grams[i]) * v[i]).sum(-1), ((alone @ grams[i]) * alone).sum(-1)
             assert bool(((obj - obj_alone).abs() <= 1e-12 * scale).all()), (rank, i)
+
+
+def test_the_converged_flags_of_a_batch_have_one_entry_per_problem():
+    """[N, B] flags for N Gramians with B right-hand sides each, on the exact (K ≤ 10) and the
+    iterative path: the documented shape, all True."""
+    grams = torch.stack([_gramian(seed, 4, 4, 0.0) for seed in range(3)])
+    u = torch.rand(3, 2, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    for exact_max_k in (10, 0):
+        v, ok = dc.project_to_dual_cone(grams, u, exact_max_k=exact_max_k)
+        assert v.shape == (3, 2, 4) and ok.shape == (3, 2) and bool(ok.all())
