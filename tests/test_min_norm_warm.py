@@ -220,3 +220,19 @@ def test_instances_that_need_more_than_k_plus_10_wolfe_rounds(k, seed, init):
     assert bool(ok)
     top = float(gram.diagonal().max())
     assert float(0.5 * lam @ gram @ lam) <= _qp_optimum(gram) + tol * top
+
+
+def test_flags_are_one_bool_per_problem_on_every_exit():
+    """The converged flags are bools of the batch's shape, also where the cold start is already
+    the optimum (nearly orthogonal rows: their min-norm weights, ∝ 1/‖g_k‖², are all positive,
+    the first exit) and where Wolfe's steps run (one row made to conflict)."""
+    gen = torch.Generator().manual_seed(0)
+    agree = [torch.randn(8, 400, generator=gen, dtype=torch.float64) for _ in range(3)]
+    conflict = [j.clone() for j in agree]
+    for j in conflict:
+        j[0] = -3.0 * j[1]
+    for rows in (agree, conflict):
+        grams = torch.stack([j @ j.T for j in rows])
+        for gram in (grams, grams[0]):
+            lam, ok = mn.min_norm_solve(gram)
+            assert ok.dtype == torch.bool and ok.shape == gram.shape[:-2] and bool(ok.all())
