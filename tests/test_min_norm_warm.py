@@ -65,7 +65,7 @@ def test_iterative_solve_reaches_the_qp_optimum_and_says_converged(k, spread):
 
 @pytest.mark.parametrize("k", [8, 16, 24])
 def test_branch_free_route_is_optimal_where_it_says_converged(k, monkeypatch):
-    """The route a GPU runs (no flag reads, so no cold re-solve): a warm-started solve that says
+    """The route a GPU runs (no flag reads, so no extra Wolfe rounds): a warm-started solve that says
     converged is at the optimum, and nearly all do. Measured over 30 seeds × 3 starts × spreads
     1e3 and 1e6 (K = 16: 180 solves, K = 24: 180): 1 and 3 not converged, each still within
     2e-12 · max diag of the optimum (K = 8: all 180 converged; cold solves, 60 per K: all
@@ -207,7 +207,7 @@ def test_cold_solves_of_float32_rank_deficient_and_stationary_gramians(k):
 def test_instances_that_need_more_than_k_plus_10_wolfe_rounds(k, seed, init):
     """Found by the 30-seed sweeps above: cold solves of float32 stationary Gramians (rank K/2)
     and warm solves of float64 ones (rank K/2, norms over 1e6) that Wolfe's K + 10 rounds
-    leave unfinished; the extra rounds (cold) and the cold re-solve (warm) finish them at the
+    leave unfinished; the extra rounds (up to 3K more, on CPU) finish them at the
     optimum."""
     if init is None:
         gram = _hard_gramian(seed, k, k // 2, True)

@@ -244,15 +244,7 @@ def min_norm_iterative(work, ridge, max_iter, tol, init) -> tuple[torch.Tensor, 
     gram_r = g_hat * (d.unsqueeze(-1) * d.unsqueeze(-2))  # G + ridge·D², the problem solved
     if init is None:
         return _cold_solve(gram_r, g_hat, d, tol)
-    lam, done = _wolfe(gram_r, g_hat, d, _fista_start(gram_r, init, max_iter, tol), tol)
-    # A FISTA start far from the optimum on an ill-conditioned G (row norms 1e6 apart) can
-    # leave Wolfe unfinished; on CPU (a free flag read) those problems are solved again from
-    # the cold start, which finished every such case measured (tests/test_min_norm_warm.py).
-    # Elsewhere they are reported as not converged.
-    if reads_are_free(lam) and not bool(done.all()):
-        cold, cold_done = _cold_solve(gram_r, g_hat, d, tol)
-        lam, done = torch.where(done.unsqueeze(-1), lam, cold), done | cold_done
-    return lam, done
+    return _wolfe(gram_r, g_hat, d, _fista_start(gram_r, init, max_iter, tol), tol)
 
 
 def _cold_solve(gram_r, g_hat, d, tol) -> tuple[torch.Tensor, torch.Tensor]:
@@ -274,8 +266,9 @@ def _wolfe(gram_r, g_hat, d, lam, tol) -> tuple[torch.Tensor, torch.Tensor]:
     """Wolfe's steps from the feasible ``lam``: K + 10 rounds, and on CPU (a free flag read)
     up to 3K more where those leave a problem unfinished. Wolfe's count is not bounded by K:
     rank-deficient, Pareto-stationary float32 Gramians at K = 24 took 50-100 rounds from the
-    active-set start (tests/test_min_norm_warm.py); elsewhere such problems are reported as
-    not converged after K + 10 (every round costs there, no early exit)."""
+    active-set start, and FISTA starts on Gramians whose row norms spread over 1e6 more than
+    K + 10 (tests/test_min_norm_warm.py); elsewhere such problems are reported as not
+    converged after K + 10 (every round costs there, no early exit)."""
     k = lam.shape[-1]
     lam, done = wolfe_steps(gram_r, g_hat, d, lam, tol, rounds=k + 10)
     if reads_are_free(lam) and not bool(done.all()):
