@@ -13,6 +13,12 @@ def controlled(gen, k, d, rank, spread=0.0, scale=1.0, dtype=torch.float64):
     return ((u @ v) * rows[:, None] * scale).to(dtype)
 
 
+def randomly_spread(gen, k, d, rank, spread):
+    """K×D (float64) of rank ``rank`` whose row norms are spread at random over ``spread`` decades."""
+    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(rank, d, generator=gen, dtype=torch.float64)
+    return j * (10.0 ** (spread * torch.rand(k, 1, generator=gen, dtype=torch.float64)))
+
+
 def stationary(gen, k, d, rank, scale=1.0, dtype=torch.float64):
     """Pareto-stationary K×D: rows of rank ≤ rank + 1 whose combination with weights λ > 0 is 0."""
     j = controlled(gen, k, d, rank)

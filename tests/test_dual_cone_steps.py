@@ -11,14 +11,13 @@ import quadprog
 import torch
 
 import morl.solvers.dual_cone as dc
+from jacobians import randomly_spread
 
 SEEDS = range(6)
 
 
 def _gramian(seed: int, k: int, rank: int, spread: float) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(31 * k + seed)
-    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(rank, 30, generator=gen, dtype=torch.float64)
-    j = j * (10.0 ** (spread * torch.rand(k, 1, generator=gen, dtype=torch.float64)))
+    j = randomly_spread(torch.Generator().manual_seed(31 * k + seed), k, 30, rank, spread)
     return j @ j.T
 
 

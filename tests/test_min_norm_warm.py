@@ -13,16 +13,28 @@ import pytest
 import quadprog
 import torch
 
+from jacobians import randomly_spread
+
 mn = importlib.import_module("morl.solvers.min_norm")  # morl.solvers.min_norm is also the function
 
 SEEDS = range(8)
 
 
 def _gramian(seed: int, k: int, rank: int, spread: float) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(1000 * k + seed)
-    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(rank, 40, generator=gen, dtype=torch.float64)
-    j = j * (10.0 ** (spread * torch.rand(k, 1, generator=gen, dtype=torch.float64)))
+    j = randomly_spread(torch.Generator().manual_seed(1000 * k + seed), k, 40, rank, spread)
     return j @ j.T
+
+
+def _solves(k: int, spread: float):
+    """(seed, start, G, max diag, quadprog's optimum, λ, converged) for every seed, cold and
+    from the three starts: rank K/2, norms over 10**spread."""
+    for seed in SEEDS:
+        gram = _gramian(seed, k, k // 2, spread)
+        top, best = float(gram.diagonal().max()), _qp_optimum(gram)
+        for start, init in {"cold": None, **_starts(k, seed)}.items():
+            lam, ok = mn.min_norm_solve(gram, init=init)
+            assert float(lam.min()) >= 0.0 and abs(float(lam.sum()) - 1.0) < 1e-12
+            yield seed, start, gram, top, best, lam, ok
 
 
 def _qp_optimum(gram: torch.Tensor) -> float:
@@ -52,15 +64,9 @@ def test_iterative_solve_reaches_the_qp_optimum_and_says_converged(k, spread):
     """Rank K/2, row norms over 10**spread, cold and from three starts. Margin: the solver's
     ½λᵀGλ is within 1e-9 · max diag of quadprog's (measured over 30 seeds of each case, 720
     solves: ≤ 3.6e-19 · max diag, every one converged); feasibility to 1e-12."""
-    for seed in SEEDS:
-        gram = _gramian(seed, k, k // 2, spread)
-        top = float(gram.diagonal().max())
-        best = _qp_optimum(gram)
-        for start, init in {"cold": None, **_starts(k, seed)}.items():
-            lam, ok = mn.min_norm_solve(gram, init=init)
-            assert bool(ok), (seed, start)
-            assert float(lam.min()) >= 0.0 and abs(float(lam.sum()) - 1.0) < 1e-12
-            assert float(0.5 * lam @ gram @ lam) <= best + 1e-9 * top, (seed, start)
+    for seed, start, gram, top, best, lam, ok in _solves(k, spread):
+        assert bool(ok), (seed, start)
+        assert float(0.5 * lam @ gram @ lam) <= best + 1e-9 * top, (seed, start)
 
 
 @pytest.mark.parametrize("k", [8, 16, 24])
@@ -74,17 +80,11 @@ def test_branch_free_route_is_optimal_where_it_says_converged(k, monkeypatch):
     converged = 0
     solves = 0
     for spread in (3.0, 6.0):
-        for seed in SEEDS:
-            gram = _gramian(seed, k, k // 2, spread)
-            top = float(gram.diagonal().max())
-            best = _qp_optimum(gram)
-            for start, init in {"cold": None, **_starts(k, seed)}.items():
-                lam, ok = mn.min_norm_solve(gram, init=init)
-                solves += 1
-                assert float(lam.min()) >= 0.0 and abs(float(lam.sum()) - 1.0) < 1e-12
-                if bool(ok):
-                    converged += 1
-                    assert float(0.5 * lam @ gram @ lam) <= best + 1e-9 * top, (seed, start)
+        for seed, start, gram, top, best, lam, ok in _solves(k, spread):
+            solves += 1
+            if bool(ok):
+                converged += 1
+                assert float(0.5 * lam @ gram @ lam) <= best + 1e-9 * top, (seed, start)
     assert converged >= 0.85 * solves
 
 
