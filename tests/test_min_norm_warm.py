@@ -171,11 +171,7 @@ def test_a_batch_of_wolfe_problems_is_solved_as_each_alone():
 
 def _hard_gramian(seed: int, k: int, rank: int, stationary: bool) -> torch.Tensor:
     """Rank ``rank``, norms over 1e6; ``stationary``: a positive combination of rows is 0."""
-    gen = torch.Generator().manual_seed(7919 * k + seed)
-    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(rank, 40, generator=gen, dtype=torch.float64)
-    if stationary:
-        j[-1] = -(torch.rand(k - 1, generator=gen, dtype=torch.float64) + 0.1) @ j[:-1]
-    j = j * (10.0 ** (6.0 * torch.rand(k, 1, generator=gen, dtype=torch.float64)))
+    j = randomly_spread(torch.Generator().manual_seed(7919 * k + seed), k, 40, rank, 6.0, stationary)
     return j @ j.T
 
 

@@ -65,7 +65,7 @@ CPU_ONLY_READS = frozenset({
     ("morl/solvers/min_norm.py", "dropped_negatives_start"),
     ("morl/solvers/min_norm.py", "min_norm_iterative"),
     ("morl/solvers/min_norm.py", "_cold_solve"),  # the cold start's optimality checks
-    ("morl/solvers/min_norm.py", "_wolfe"),  # more Wolfe rounds where K + 10 did not finish
+    ("morl/solvers/min_norm.py", "_wolfe"),  # the CPU round count (early exit in wolfe_steps)
     ("morl/aggregators/cagrad.py", "_dropped_negatives_start"),
     ("morl/aggregators/cagrad.py", "cagrad_dual_solve"),
     ("morl/aggregators/cagrad.py", "_active_set_steps"),

@@ -36,14 +36,11 @@ TIMEOUT_S = 60
 
 
 def _jacobian(gen: torch.Generator, k: int, rank: int, spread: float, stationary: bool, d: int = 48) -> torch.Tensor:
-    """[k, d] rows of the given rank, norms spread over 10**spread; with ``stationary`` a
-    positive combination of the rows is 0 (a Pareto-stationary point)."""
-    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(rank, d, generator=gen, dtype=torch.float64)
-    if stationary:
-        w = torch.rand(k - 1, generator=gen, dtype=torch.float64) + 0.1
-        j[-1] = -(w @ j[:-1])
-    scales = 10.0 ** (spread * torch.rand(k, generator=gen, dtype=torch.float64))
-    return j * scales.unsqueeze(1)
+    """tests/jacobians.py's rows of a given rank, norms over 10**spread, optionally stationary
+    (the work tree holds a copy of tests/; imported late, once main has put it on the path)."""
+    from jacobians import randomly_spread
+
+    return randomly_spread(gen, k, d, rank, spread, stationary)
 
 
 def _gramians() -> dict[str, torch.Tensor]:
@@ -358,6 +355,7 @@ def _survivors(prefixes: tuple[str, ...]) -> list[str]:
 
 def main(argv: list[str]) -> None:
     sys.path.insert(0, os.getcwd())  # the scratch tree's mutated morl, not the checkout's
+    sys.path.insert(1, os.path.join(os.getcwd(), "tests"))  # tests/jacobians.py
     torch.set_num_threads(1)
     probe, prefixes = PROBES[argv[0]]
     names = argv[1:] or _survivors(prefixes)

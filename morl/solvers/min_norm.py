@@ -241,13 +241,13 @@ def min_norm_iterative(work, ridge, max_iter, tol, init) -> tuple[torch.Tensor, 
     """Wolfe's steps from a feasible start: the active-set start (cold) or FISTA from ``init``."""
     work = work / gram_scale(work)
     g_hat, d = equilibrate(work, ridge)
-    gram_r = g_hat * (d.unsqueeze(-1) * d.unsqueeze(-2))  # G + ridge·D², the problem solved
     if init is None:
-        return _cold_solve(gram_r, g_hat, d, tol)
+        return _cold_solve(g_hat, d, tol)
+    gram_r = g_hat * (d.unsqueeze(-1) * d.unsqueeze(-2))  # G + ridge·D², the problem solved
     return _wolfe(gram_r, g_hat, d, _fista_start(gram_r, init, max_iter, tol), tol)
 
 
-def _cold_solve(gram_r, g_hat, d, tol) -> tuple[torch.Tensor, torch.Tensor]:
+def _cold_solve(g_hat, d, tol) -> tuple[torch.Tensor, torch.Tensor]:
     """Wolfe's steps from the active-set start (:func:`dropped_negatives_start`)."""
     lam = dropped_negatives_start(g_hat, d)
     # The start is the affine minimiser on its support: optimal when that is every row (the
@@ -255,6 +255,7 @@ def _cold_solve(gram_r, g_hat, d, tol) -> tuple[torch.Tensor, torch.Tensor]:
     # condition. On CPU (a free flag read) these checks replace Wolfe's confirming round.
     if reads_are_free(lam) and bool((lam > 0).all()):
         return lam, torch.ones(lam.shape[:-1], dtype=torch.bool)
+    gram_r = g_hat * (d.unsqueeze(-1) * d.unsqueeze(-2))  # G + ridge·D², the problem solved
     if reads_are_free(lam):
         optimal = (kkt_violation(gram_r, lam, tol) <= 0).all(-1)
         if bool(optimal.all()):
@@ -263,18 +264,13 @@ def _cold_solve(gram_r, g_hat, d, tol) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _wolfe(gram_r, g_hat, d, lam, tol) -> tuple[torch.Tensor, torch.Tensor]:
-    """Wolfe's steps from the feasible ``lam``: K + 10 rounds, and on CPU (a free flag read)
-    up to 3K more where those leave a problem unfinished. Wolfe's count is not bounded by K:
-    rank-deficient, Pareto-stationary float32 Gramians at K = 24 took 50-100 rounds from the
-    active-set start, and FISTA starts on Gramians whose row norms spread over 1e6 more than
-    K + 10 (tests/test_min_norm_warm.py); elsewhere such problems are reported as not
-    converged after K + 10 (every round costs there, no early exit)."""
+    """Wolfe's steps from the feasible ``lam``: up to 4K + 10 rounds on CPU, where they stop as
+    soon as every problem has converged, K + 10 elsewhere (no early exit there: every round
+    costs). Wolfe's count is not bounded by K: rank-deficient, Pareto-stationary float32
+    Gramians at K = 24 took 50-100 rounds from the active-set start, and FISTA starts on
+    Gramians whose row norms spread over 1e6 more than K + 10 (tests/test_min_norm_warm.py)."""
     k = lam.shape[-1]
-    lam, done = wolfe_steps(gram_r, g_hat, d, lam, tol, rounds=k + 10)
-    if reads_are_free(lam) and not bool(done.all()):
-        lam, more = wolfe_steps(gram_r, g_hat, d, lam, tol, rounds=3 * k)
-        done = done | more
-    return lam, done
+    return wolfe_steps(gram_r, g_hat, d, lam, tol, rounds=4 * k + 10 if reads_are_free(lam) else k + 10)
 
 
 def dropped_negatives_start(g_hat, d) -> torch.Tensor:
