@@ -74,5 +74,6 @@ def _user() -> str:
 
 @pytest.fixture
 def gen():
-    """A seeded torch.Generator for reproducible random inputs."""
-    return torch.Generator().manual_seed(0)
+    """A seeded torch.Generator for reproducible random inputs: seed 0, or ``MORL_TEST_SEED``
+    (to check that a test does not pass only for the seed it was written with)."""
+    return torch.Generator().manual_seed(int(os.environ.get("MORL_TEST_SEED", "0")))

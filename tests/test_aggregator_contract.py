@@ -19,6 +19,15 @@ from morl.aggregators import Aggregator, available, build
 DTYPES = (torch.float32, torch.float64)
 REL_TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 STATIONARY_TOL = {torch.float32: 1e-4, torch.float64: 1e-10}
+#: ‖d‖ / max‖g_k‖ at stationary points, over seeds 0-19 (MORL_TEST_SEED), K up to 25: MGDA and SMG
+#: ≤ 9.0e-6 / 4.7e-12 (float32 / float64), CAGrad (c ≥ 1) exactly 0. UPGrad and DualProj solve
+#: each projection iteratively to a relative tolerance: ≤ 3.4e-4 / 2.2e-10 (seed 0 alone stayed
+#: under STATIONARY_TOL, seeds 1-3 did not).
+PROJECTION_STATIONARY_TOL = {torch.float32: 1e-3, torch.float64: 1e-9}
+#: CAGrad's direction depends on sqrt(wᵀGw); a float32 Gramian's rounding depends on the row
+#: order (the product's blocking), so on rank-deficient rows a permutation moves the direction
+#: by up to 9.2e-4 of the scale (measured over seeds 0-19, K = 6; 5.7e-13 in float64).
+CAGRAD_F32_PERMUTATION = 3e-3
 CONFIGS = all_configs()
 IDS = [f"{n}{'-' + '-'.join(f'{k}={v}' for k, v in o.items()) if o else ''}" for n, o, _ in CONFIGS]
 
@@ -145,11 +154,12 @@ def test_non_conflicting(name, options, case, dtype, gen):
 @pytest.mark.parametrize("name, options, case", _select("stationary_zero"), ids=_ids(_select("stationary_zero")))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_strong_stationarity(name, options, case, dtype, gen):
+    tol = (PROJECTION_STATIONARY_TOL if name in ("upgrad", "dualproj") else STATIONARY_TOL)[dtype]
     for k in (2, 3, 7, 10, 25):
         for scale in (1e-12, 1.0, 1e12):
             j = stationary(gen, k, 20, max(1, k - 2), scale=scale, dtype=dtype)
             d = _call(build(name, **options), j).double()
-            assert d.norm() <= STATIONARY_TOL[dtype] * j.double().norm(dim=1).max(), (k, scale)
+            assert d.norm() <= tol * j.double().norm(dim=1).max(), (k, scale)
             positive = (torch.rand(k, 20, generator=gen, dtype=torch.float64) + 0.1).to(dtype) * scale
             d = _call(build(name, **options), positive).double()
             assert d.norm() >= 1e-3 * scale, (k, scale)
@@ -160,12 +170,13 @@ def test_strong_stationarity(name, options, case, dtype, gen):
 def test_permutation_invariance(name, options, case, dtype, gen):
     """Relative to the larger of ‖d‖ and max‖g_k‖: Nash-MTL and FairGrad return a clipped,
     scale-free d (‖d‖ ≈ 1 for gradients of norm 1e-12), the others a d that scales with J."""
+    tol = CAGRAD_F32_PERMUTATION if dtype == torch.float32 and "cagrad" in (name, options.get("base")) else 10 * REL_TOL[dtype]
     for label, j in cases(gen, dtype, ks=(3, 6, 15)):
         perm = torch.randperm(j.shape[0], generator=gen)
         d = _call(build(name, **options), j).double()
         dp = _call(build(name, **options), j[perm]).double()
         unit = torch.maximum(d.norm(), j.double().norm(dim=1).max())
-        assert (dp - d).norm() <= 10 * REL_TOL[dtype] * unit, label
+        assert (dp - d).norm() <= tol * unit, label
 
 
 @pytest.mark.parametrize("name, options, case", _select("linear"), ids=_ids(_select("linear")))
@@ -174,7 +185,10 @@ def test_linear_under_scaling(name, options, case, dtype, gen):
     for label, j in cases(gen, dtype, ks=(3, 12)):
         if "s=1e" in label:  # the scaled matrices are out of range once scaled again by 1e±6
             continue
-        for a in (1e-6, 1e6):
+        # powers of two (~1e∓6): aJ is then exact, so the check is the method's homogeneity, not
+        # how its answer moves with a rounding of J (1e-6·J rounds; IMTL-G at a stationary
+        # K = 12 point then moved by 2.3e-3 of the scale, SDMGrad by 3.7e-3: conditioning)
+        for a in (2.0**-20, 2.0**20):
             d, da = _call(build(name, **options), j).double(), _call(build(name, **options), j * a).double()
             assert (da - a * d).norm() <= 10 * REL_TOL[dtype] * a * j.double().norm(dim=1).max(), (label, a)
 

@@ -95,11 +95,11 @@ def test_active_set_steps_finish_what_the_start_leaves(c):
     start_done = steps_done = 0
     for seed in range(5):
         for gram in _instances(seed):
-            g, b, r = _dual_terms(gram, c)
+            g, b, r, _ = _dual_terms(gram, c)
             tol = 1e-10 * (b.abs().amax(-1) + r.squeeze(-1) + EPS)
-            w0 = _dropped_negatives_start(g, b, r, RIDGE)
+            w0 = _dropped_negatives_start(g, b, r)
             start_done += bool(fw_gap(w0, _exact_gradient(g, b, r, w0)) <= tol)
-            w, done = _active_set_steps(g, b, r, w0, RIDGE, tol, rounds=gram.shape[-1] + 10)
+            w, done = _active_set_steps(g, b, r, w0, tol, rounds=gram.shape[-1] + 10)
             steps_done += bool(done)
             if bool(done):
                 _, w_exact = cagrad_dual_exact(gram, c)
@@ -123,9 +123,9 @@ def test_active_set_steps_finish_every_problem_with_a_nonzero_optimum_when_c_exc
             _, w_exact = cagrad_dual_exact(gram, c)
             if float(w_exact @ gram @ w_exact) <= 1e-8:
                 continue
-            g, b, r = _dual_terms(gram, c)
+            g, b, r, _ = _dual_terms(gram, c)
             tol = 1e-10 * (b.abs().amax(-1) + r.squeeze(-1) + EPS)
-            w, done = _active_set_steps(g, b, r, _dropped_negatives_start(g, b, r, RIDGE), RIDGE, tol, gram.shape[-1] + 10)
+            w, done = _active_set_steps(g, b, r, _dropped_negatives_start(g, b, r), tol, gram.shape[-1] + 10)
             assert bool(done)
             assert _dual_objective(gram, w, c) - _dual_objective(gram, w_exact, c) <= 1e-12
             checked += 1
@@ -171,9 +171,9 @@ def test_each_active_set_round_stays_feasible_and_never_raises_the_dual_objectiv
     minor_steps = 0
     for k in range(2, 11):  # each K as one batch: the rounds' masks and reductions keep problems apart
         gram = torch.stack([gram for seed in range(3) for gram in _instances(seed) if gram.shape[-1] == k])
-        g, b, r = _dual_terms(gram, c)
+        g, b, r, _ = _dual_terms(gram, c)
         tol = 1e-10 * (b.abs().amax(-1) + r.squeeze(-1) + EPS)
-        w = _dropped_negatives_start(g, b, r, RIDGE)
+        w = _dropped_negatives_start(g, b, r)
         support, done, stuck = w > 0, torch.zeros_like(tol, dtype=torch.bool), torch.zeros_like(tol, dtype=torch.bool)
         g_ridged = g + RIDGE * torch.diag_embed(torch.diagonal(g, dim1=-2, dim2=-1))
 
@@ -185,7 +185,7 @@ def test_each_active_set_round_stays_feasible_and_never_raises_the_dual_objectiv
         slack = 1e-8 * scale + r.squeeze(-1) * (64 * k * torch.finfo(torch.float64).eps) ** 0.5
         for _ in range(k + 10):
             old_support = support
-            w, support, done, stuck = _active_set_round(g, b, r, w, support, done, stuck, RIDGE, tol)
+            w, support, done, stuck = _active_set_round(g, b, r, w, support, done, stuck, tol)
             assert w.min() >= 0 and (w.sum(-1) - 1).abs().max() < 1e-12
             assert bool(((w > 0) <= support).all())
             minor_steps += int(((support & ~old_support).sum(-1) == 0).logical_and((old_support & ~support).any(-1)).sum())

@@ -53,6 +53,7 @@ UPDATES = 2  # the first (lazy state) and one in the steady state
 #: Reads made only for CPU input (each branches on ``device.type == "cpu"``).
 CPU_ONLY_READS = frozenset({
     ("morl/solvers/gramian.py", "gramian_and_top"),  # the largest G_kk, for the range check
+    ("morl/solvers/gramian.py", "definite_ridge"),  # the early exit of its Cholesky ladder
     ("morl/aggregators/base.py", "_output_finite"),  # ‖w‖₁ for the output bound
     ("morl/solvers/dual_cone.py", "project_with_free_set"),  # small problems solved in Python
     ("morl/solvers/dual_cone.py", "_start_list"),  # its warm start, as a list

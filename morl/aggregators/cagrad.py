@@ -9,14 +9,16 @@ mean gradient g0. Dual over the simplex (what the reference code solves):
 then divided by 1 (rescale=0), 1 + c² (rescale=1, the reference default) or 1 + c (rescale=2).
 Only inner products enter, so the dual is solved on the K×K Gramian, in torch, with no scipy
 and no host sync: exactly by support enumeration for K ≤ ``ENUMERATE_MAX_K`` (one batched
-solve, :func:`cagrad_dual_exact`). Above that (:func:`cagrad_dual_weights`) the stationary
-point on all K rows, re-solved after dropping negative weights, is kept when its Frank–Wolfe
-gap is within ``tol`` (two small solves). Up to ``EXACT_MAX_K`` = 10 rows, on the CPU,
-active-set steps continue from there, and whatever they leave (the dual can be unbounded on a
-support's affine hull) is solved by enumeration: exact, and on MT10's actor gradients 2–3 ms
-instead of the 17–21 ms FISTA took. Above 10 rows accelerated projected gradient with a
-masked line search runs, followed by the exact solve on the support it found.
+solve, :func:`cagrad_dual_exact`). Above that (:func:`cagrad_dual_solve`) the stationary point
+on all K rows, re-solved after dropping negative weights, starts active-set steps on the CPU
+(they read flags): major and minor steps as Wolfe's, plus a ray step where the dual is
+unbounded below on a support's affine hull (possible for c < 1). What they leave (K ≤ 10:
+by enumeration; above, or on other devices, by accelerated projected gradient from the uniform
+weights, the exact solve on the support it found and, on CPU, active-set steps from there) is
+rare: 0 of 576 hard K = 12..40 problems, 6.3 ms a call against 14 ms before the ray step.
 
+The dual is solved on G + δ diag G (:func:`_dual_terms`): a float32 Gramian of rank-deficient
+rows is indefinite at rounding level, and sqrt(wᵀGw) then has spurious stationary points.
 Near a Pareto-stationary point g_w* → 0 and its direction is rounding noise, so the dual's d
 can be worse than simple primal-feasible points. :func:`primal_weights` therefore also scores
 the mean (always in the ball) and, for c ≥ 1, d = 0 (in the ball, and optimal at a
@@ -31,8 +33,10 @@ from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators._warm_start import WarmStartSolver
 from morl.aggregators.base import GramianAggregator
 from morl.host_reads import reads_are_free
-from morl.solvers.gramian import gram_scale
-from morl.solvers.min_norm import ENUMERATE_MAX_K, EXACT_MAX_K, RIDGE, equilibrate, restricted, ridge_for, support_masks
+from morl.solvers.gramian import definite_ridge, gram_scale
+from morl.solvers.min_norm import (
+    ENUMERATE_MAX_K, EXACT_MAX_K, RIDGE, ZERO_ROW, equilibrate, min_norm_solve, restricted, support_masks,
+)
 from morl.solvers.simplex_descent import fw_gap, minimize_on_simplex
 
 RESCALES = (0, 1, 2)
@@ -40,15 +44,21 @@ RESCALES = (0, 1, 2)
 EPS = 1e-12
 
 
-def _dual_terms(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(G in float64, b = G1/K = [g_k·g0], r = c‖g0‖ [..., 1])``, G divided by its largest
-    diagonal entry: below gram_scale's threshold (~1e-19) its input is not normalised, and
-    absolute tolerances would then decide the solve (the dual is homogeneous in G)."""
+def _dual_terms(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(G + δ diag G in float64, b = G1/K = [g_k·g0], r = c‖g0‖ [..., 1], δ [..., 1, 1])``, G divided
+    by its largest diagonal entry: below gram_scale's threshold (~1e-19) its input is not
+    normalised, and absolute tolerances would then decide the solve (the dual is homogeneous
+    in G). δ (:func:`definite_ridge`) makes the quadratic form positive definite: G is known to
+    the rounding of its dtype only, and a singular G rounded indefinite makes sqrt(wᵀGw)
+    non-convex, whose spurious stationary points pass the Frank–Wolfe gap check."""
     g = gram.to(torch.float64)
     top = torch.diagonal(g, dim1=-2, dim2=-1).amax(-1, keepdim=True).unsqueeze(-1)
     g = g / torch.where(top > 0, top, torch.ones_like(top))
     b = g.mean(-1)
-    return g, b, c * torch.sqrt(b.mean(-1, keepdim=True).clamp(min=0.0))
+    ridge = definite_ridge(g, gram.dtype).clamp_min(RIDGE)  # the one regularisation of the dual
+    diag = torch.diagonal(g, dim1=-2, dim2=-1)
+    g = g + ridge * torch.diag_embed(torch.where(diag > ZERO_ROW, diag, torch.ones_like(diag)))  # as equilibrate
+    return g, b, c * torch.sqrt(b.mean(-1, keepdim=True).clamp(min=0.0)), ridge
 
 
 def dual_objective(g, b, r, w) -> torch.Tensor:
@@ -69,44 +79,83 @@ def cagrad_dual_solve(
     gram: torch.Tensor, c: float, max_iter: int = 100, tol: float = 1e-10, init: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`cagrad_dual_weights` plus ``converged`` [...]: False when ``max_iter`` ran out
-    before the gap reached ``tol`` and the exact solve on the support found did not close it."""
-    g, b, r = _dual_terms(gram, c)
+    before the gap reached ``tol``, the exact solve on the support found did not close it, and
+    the duality gap of the answer does not certify it either (:func:`_certified`)."""
+    g, b, r, ridge = _dual_terms(gram, c)
+    scale = b.abs().amax(-1) + r.squeeze(-1) + EPS  # the gap's units
+    done_as = None
+    if init is None:  # the active-set start is often already optimal: then no FISTA at all
+        w_as = _dropped_negatives_start(g, b, r)  # optimal where its gap says so
+        exact_fallback = b.shape[-1] <= EXACT_MAX_K
+        if reads_are_free(g):  # on CPU, active-set steps (they read flags)
+            w_as, done_as = _active_set_steps(g, b, r, w_as, tol * scale, rounds=b.shape[-1] + 10)
+        else:
+            done_as = fw_gap(w_as, _exact_gradient(g, b, r, w_as)) <= tol * scale
+        if reads_are_free(g) and bool(done_as.all()):  # reading a flag is free on CPU
+            return primal_weights(g, r, w_as, c, ridge, gram.dtype), w_as, done_as
+        if exact_fallback:  # what the steps left, exactly; cheaper than FISTA here
+            w_ex = _enumerated_optimum(g, b, r)
+            w_as = torch.where(done_as.unsqueeze(-1), w_as, w_ex)
+            return primal_weights(g, r, w_as, c, ridge, gram.dtype), w_as, torch.ones_like(done_as)
+    w, converged = _iterative_dual(g, b, r, c, max_iter, tol * scale, init)
+    if done_as is not None:
+        w, converged = torch.where(done_as.unsqueeze(-1), w_as, w), converged | done_as
+    out = primal_weights(g, r, w, c, ridge, gram.dtype)
+    return out, w, converged | _certified(g, b, r, w, out, ridge, tol * scale)
 
+
+def _iterative_dual(g, b, r, c: float, max_iter: int, tol, init) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(w, converged)``: FISTA on the simplex from ``init`` (uniform if None), then the exact
+    solve on the support it found, for c ≥ 1 the min-norm point as a candidate, then (CPU)
+    active-set steps from the best of these."""
     def fun(w):
         gw = (g @ w.unsqueeze(-1)).squeeze(-1)
         norm = torch.sqrt((w * gw).sum(-1, keepdim=True).clamp(min=0.0) + EPS)
         return (w * b).sum(-1) + (r * norm).squeeze(-1), b + r * gw / norm
 
-    scale = b.abs().amax(-1) + r.squeeze(-1) + EPS  # the gap's units
-    if init is None:  # the active-set start is often already optimal: then no FISTA at all
-        w_as = _dropped_negatives_start(g, b, r, RIDGE)  # float64-tight: the gap check decides
-        exact_fallback = b.shape[-1] <= EXACT_MAX_K
-        if exact_fallback and reads_are_free(g):  # on CPU, active-set steps (they read flags)
-            w_as, done_as = _active_set_steps(g, b, r, w_as, RIDGE, tol * scale, rounds=b.shape[-1] + 10)
-        else:  # (not above EXACT_MAX_K: FISTA's inexact answer would depend on the row order)
-            done_as = fw_gap(w_as, _exact_gradient(g, b, r, w_as)) <= tol * scale
-        if reads_are_free(g) and bool(done_as.all()):  # reading a flag is free on CPU
-            return primal_weights(g, r, w_as, c, gram.dtype), w_as, done_as
-        if exact_fallback:  # what the steps left, exactly; cheaper than FISTA here
-            w_ex = _enumerated_optimum(g, b, r, ridge_for(gram.dtype))
-            w_as = torch.where(done_as.unsqueeze(-1), w_as, w_ex)
-            return primal_weights(g, r, w_as, c, gram.dtype), w_as, torch.ones_like(done_as)
-    # Not from w_as: where FISTA stops at max_iter, a start that depends on the support found
-    # would make the answer jump with rounding (d(aJ) ≠ a·d(J) on ill-conditioned Gramians).
+    # Not from the active-set start: where FISTA stops at max_iter, a start that depends on the
+    # support found would make the answer jump with rounding (d(aJ) ≠ a·d(J), ill-conditioned G).
     w0 = torch.full_like(b, 1.0 / b.shape[-1]) if init is None else init.to(g)
     step0 = 1.0 / (torch.diagonal(g, dim1=-2, dim2=-1).sum(-1) * (1.0 + c) + EPS)
     w, converged = minimize_on_simplex(fun, w0, step0, max_iter=max_iter, tol=tol, return_converged=True)
-    if init is None:
-        w, converged = torch.where(done_as.unsqueeze(-1), w_as, w), converged | done_as
     # The exact solve on the support FISTA found; kept only where it is feasible and better.
     support = (w > 1e-6 * w.amax(-1, keepdim=True)).to(g.dtype)
-    w_s, feasible = _support_candidates(g, b, r, support.unsqueeze(-2), ridge_for(gram.dtype))
+    w_s, feasible = _support_candidates(g, b, r, support.unsqueeze(-2))
     w_s = w_s.squeeze(-2)
     better = feasible.squeeze(-1) & (dual_objective(g, b, r.squeeze(-1), w_s) <= dual_objective(g, b, r.squeeze(-1), w))
     w = torch.where(better.unsqueeze(-1), w_s, w)
-    gap = fw_gap(w, fun(w)[1])
-    converged = converged | (gap <= tol * scale)
-    return primal_weights(g, r, w, c, gram.dtype), w, converged
+    if c >= 1.0:  # at a Pareto-stationary point the optimum is the min-norm point (value 0),
+        # where ‖g_w‖ → 0 makes the objective too curved for FISTA: offer it directly
+        w_mn = min_norm_solve(g)[0]
+        unsmoothed = lambda v: (v * b).sum(-1) + r.squeeze(-1) * _quad(g, v).sqrt()  # noqa: E731  (EPS ~ ‖g_w‖² there)
+        better = unsmoothed(w_mn) < unsmoothed(w)
+        w = torch.where(better.unsqueeze(-1), w_mn, w)
+    if reads_are_free(g):  # on CPU, active-set steps from there end on the exact optimum
+        w_as, done_as = _active_set_steps(g, b, r, w, tol, rounds=b.shape[-1] + 10)
+        w, converged = torch.where(done_as.unsqueeze(-1), w_as, w), converged | done_as
+    return w, converged | (fw_gap(w, fun(w)[1]) <= tol)
+
+
+def _quad(g, w) -> torch.Tensor:
+    """‖g_w‖² = wᵀGw [...], clamped at 0."""
+    return (w * (g @ w.unsqueeze(-1)).squeeze(-1)).sum(-1).clamp(min=0.0)
+
+
+def _certified(g, b, r, w, out, ridge, tol) -> torch.Tensor:
+    """Where the duality gap of the answer is ≤ ``tol`` beyond what G's rounding leaves open.
+
+    Weak duality: min_i g_i·d ≤ w·b + r‖g_w‖ for every d in the ball, so the dual value at
+    ``w`` minus the primal value of ``out`` (its weights) bounds how far ``out`` is from the
+    optimum. ‖g_w‖² is known to ±2δ Σ w_k²‖g_k‖² only (δ = ``ridge``, ≥ G's rounding), so
+    r‖g_w‖ to r(‖g_w‖ − sqrt(‖g_w‖² − 2δ…)): up to r sqrt(δ)‖w‖ where g_w is rounding noise,
+    as at a Pareto-stationary point with c ≥ 1 (optimum 0, where the gradient gap cannot
+    certify anything: ‖g_w‖ → 0 makes it blow up)."""
+    quad = _quad(g, w).unsqueeze(-1)
+    spread = 2 * ridge.squeeze(-1) * (w.square() * torch.diagonal(g, dim1=-2, dim2=-1)).sum(-1, keepdim=True)
+    unknown = r * (quad.sqrt() - (quad - spread).clamp(min=0.0).sqrt())
+    dual = (w * b).sum(-1, keepdim=True) + r * quad.sqrt()
+    primal = (g @ out.unsqueeze(-1)).squeeze(-1).amin(-1, keepdim=True)
+    return (dual - primal <= tol.unsqueeze(-1) + unknown).squeeze(-1)
 
 
 def _exact_gradient(g, b, r, w) -> torch.Tensor:
@@ -119,23 +168,23 @@ def _exact_gradient(g, b, r, w) -> torch.Tensor:
     return torch.where(sq > 0, b + r * gw / norm, torch.full_like(gw, float("inf")))
 
 
-def _dropped_negatives_start(g, b, r, ridge) -> torch.Tensor:
+def _dropped_negatives_start(g, b, r) -> torch.Tensor:
     """The dual's stationary point on all K rows, then on the rows left after dropping every
     negative weight, until none is negative (≤ K rounds, usually 1-2): a feasible point that
     is optimal whenever its Frank–Wolfe gap is ~0 (checked by the caller)."""
     support = torch.ones(b.shape, dtype=g.dtype, device=g.device)
     for _ in range(b.shape[-1]):
-        w_raw, _ = _stationary_on(g, b, r, support.unsqueeze(-2), ridge)
+        w_raw = _stationary_on(g, b, r, support.unsqueeze(-2))[0]
         negative = (support > 0) & (w_raw.squeeze(-2) < 0)
         support = torch.where(negative, torch.zeros_like(support), support)
         if not reads_are_free(g) or not bool(negative.any()):
             break
-    w, feasible = _support_candidates(g, b, r, support.unsqueeze(-2), ridge)
+    w, feasible = _support_candidates(g, b, r, support.unsqueeze(-2))
     uniform = torch.full_like(b, 1.0 / b.shape[-1])
     return torch.where(feasible, w.squeeze(-2), uniform)
 
 
-def _active_set_steps(g, b, r, w, ridge, tol, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _active_set_steps(g, b, r, w, tol, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Active-set steps on the dual from the feasible ``w`` (CPU: reads flags): ``(w, done)``,
     done where the Frank–Wolfe gap is ≤ ``tol`` (the units of ``b``).
 
@@ -150,20 +199,22 @@ def _active_set_steps(g, b, r, w, ridge, tol, rounds: int) -> tuple[torch.Tensor
     done = torch.zeros(w.shape[:-1], dtype=torch.bool, device=w.device)
     stuck = torch.zeros_like(done)
     for _ in range(rounds):
-        w, support, done, stuck = _active_set_round(g, b, r, w, support, done, stuck, ridge, tol)
+        w, support, done, stuck = _active_set_round(g, b, r, w, support, done, stuck, tol)
         if bool((done | stuck).all()):
             break
     return w, done
 
 
-def _active_set_round(g, b, r, w, support, done, stuck, ridge, tol):
+def _active_set_round(g, b, r, w, support, done, stuck, tol):
     """One step: ``(w, support, done, stuck)``. The objective is convex, so its stationary point
     v on the affine hull of the support S is no worse than w. A major step (v ≥ 0 on S) moves
     there and, unless its gap is ≤ ``tol``, adds the row of least gradient (the one that lowers
     the objective most); a minor step moves towards v until a weight hits 0 and drops that row.
-    Entries done or stuck stay as they are."""
-    v, total = _stationary_on(g, b, r, support.to(g.dtype).unsqueeze(-2), ridge)
-    v, total = v[..., 0, :], total[..., 0, 0]
+    Where the objective is unbounded below on the hull (no v), a ray step moves along the
+    direction u of :func:`_stationary_on` (asymptotic slope < 0, so the convex objective falls
+    all along it) until a weight hits 0, and drops that row. Entries done or stuck stay."""
+    v, total, ray = _stationary_on(g, b, r, support.to(g.dtype).unsqueeze(-2))
+    v, total, ray = v[..., 0, :], total[..., 0, 0], ray[..., 0, :]
     ok = (total > 0) & torch.isfinite(v).all(-1) & ~done & ~stuck
     major = ok & ((v >= 0) | ~support).all(-1)
     v_major = v.clamp_min(0)  # v sums to 1 and is 0 off S
@@ -174,19 +225,34 @@ def _active_set_round(g, b, r, w, support, done, stuck, ridge, tol):
     ratio = torch.where(support & (v < 0), w / (w - v), torch.full_like(v, float("inf")))
     theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
     minor = ok & ~major
-    w_minor = (w + theta * (v - w)).scatter(-1, ratio.argmin(-1, keepdim=True), 0.0).clamp_min(0)
-    w_minor = w_minor / w_minor.sum(-1, keepdim=True)
-    w = torch.where(major.unsqueeze(-1), v_major, torch.where(minor.unsqueeze(-1), w_minor, w))
+    w_minor = _drop_blocking(w + theta * (v - w), ratio)
+    # ray step (Σu = 0, so some u_i < 0 blocks it)
+    blocked = support & (ray < 0)
+    unbounded = ~ok & ~done & ~stuck & torch.isfinite(ray).all(-1) & blocked.any(-1)
+    safe_ray = torch.where(blocked, ray, -torch.ones_like(ray))  # no 0/0 off the blocking rows
+    ratio_ray = torch.where(blocked, w / -safe_ray, torch.full_like(ray, float("inf")))
+    w_ray = _drop_blocking(w + torch.where(unbounded.unsqueeze(-1), ratio_ray.amin(-1, keepdim=True), 0.0) * ray, ratio_ray)
+    w_moved = torch.where(minor.unsqueeze(-1), w_minor, w_ray)
+    moved = minor | unbounded
+    w = torch.where(major.unsqueeze(-1), v_major, torch.where(moved.unsqueeze(-1), w_moved, w))
     entering = torch.zeros_like(support).scatter(-1, enter, True) & (major & ~finished).unsqueeze(-1)
-    support = torch.where(minor.unsqueeze(-1), w_minor > 0, support | entering)
-    stuck = stuck | ~(ok | done) | (minor & (theta.squeeze(-1) <= 0))
+    support = torch.where(moved.unsqueeze(-1), w_moved > 0, support | entering)
+    stuck = stuck | ~(ok | done | unbounded) | (minor & (theta.squeeze(-1) <= 0))
     return w, support, done | finished, stuck
 
 
-def _stationary_on(g, b, r, m, ridge) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(w, 1ᵀv)``: the stationary point on each support of ``m`` before any feasibility
-    check (see :func:`_support_candidates`)."""
-    g_hat, dn = equilibrate(g, ridge)
+def _drop_blocking(w, ratio) -> torch.Tensor:
+    """``w`` with the row of least ``ratio`` (the one that blocked the step) set to 0, on the simplex."""
+    w = w.scatter(-1, ratio.argmin(-1, keepdim=True), 0.0).clamp_min(0)
+    return w / w.sum(-1, keepdim=True)
+
+
+def _stationary_on(g, b, r, m) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(w, 1ᵀv, u)``: the stationary point on each support of ``m`` before any feasibility
+    check (see :func:`_support_candidates`), and u = (B/A)G⁻¹1 − G⁻¹b (Σu = 0). Along u the
+    objective's asymptotic slope is u·b + r‖g_u‖ = ‖g_u‖(r − ‖g_u‖) (u·b = −‖g_u‖² = B²/A − C):
+    negative exactly where B² − A(C − r²) < 0, where no stationary point exists."""
+    g_hat, dn = equilibrate(g, 0.0)  # g is positive definite already (_dual_terms)
     a = restricted(g_hat.unsqueeze(-3), m)
     dn = dn.unsqueeze(-2)
     rhs = torch.stack([m / dn, m * b.unsqueeze(-2) / dn], dim=-1)  # [..., S, K, 2]: 1_S, b_S
@@ -206,21 +272,25 @@ def _stationary_on(g, b, r, m, ridge) -> tuple[torch.Tensor, torch.Tensor]:
     safe = torch.where(total > 0, total, torch.ones_like(total))
     v = v - ((quad_v - r.unsqueeze(-1).square()) / (2 * safe) * (total > 0)) * g_inv_1
     total = v.sum(-1, keepdim=True)
-    return v / torch.where(total > 0, total, torch.ones_like(total)), total
+    ray = (big_b / torch.where(big_a != 0, big_a, torch.ones_like(big_a))).unsqueeze(-1) * g_inv_1 - g_inv_b
+    return v / torch.where(total > 0, total, torch.ones_like(total)), total, ray
 
 
-def _support_candidates(g, b, r, m, ridge) -> tuple[torch.Tensor, torch.Tensor]:
+def _support_candidates(g, b, r, m) -> tuple[torch.Tensor, torch.Tensor]:
     """Dual stationary points on the supports ``m`` ([S, K] or [..., S, K]): ``(w, feasible)``.
 
     On a support S, stationarity b_S + r G_SS w / s = ν1 with s = ‖g_w‖ gives w = s v,
     v = G_SS⁻¹(ν1 − b_S) / r; vᵀG_SS v = 1 is A ν² − 2 B ν + C − r² = 0 with A = 1ᵀG⁻¹1,
     B = 1ᵀG⁻¹b, C = bᵀG⁻¹b, whose larger root makes 1ᵀv = sqrt(B² − A(C − r²)) / r > 0.
     """
-    w, total = _stationary_on(g, b, r, m, ridge)
+    w, total, _ = _stationary_on(g, b, r, m)
     feasible = (w >= -1e-12).all(-1) & (total.squeeze(-1) > 0) & torch.isfinite(w).all(-1)
     w = w.clamp_min(0.0)
     w = w / w.sum(-1, keepdim=True).clamp_min(1e-300)
-    return torch.where(feasible.unsqueeze(-1), w, torch.zeros_like(w)), feasible
+    w = torch.where(feasible.unsqueeze(-1), w, torch.zeros_like(w))
+    # A single row is its own stationary point: 1ᵀv can be 0 there (r = 0: c = 0 or g0 = 0)
+    single = m.sum(-1, keepdim=True) == 1
+    return torch.where(single, m.expand_as(w), w), feasible | single.squeeze(-1)
 
 
 def cagrad_dual_exact(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -230,42 +300,50 @@ def cagrad_dual_exact(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch
     convex, so the optimum is the feasible (w ≥ 0) candidate of least objective; every
     singleton support is feasible, so one always exists. Returns ``(weights, w*)``.
     """
-    g, b, r = _dual_terms(gram, c)
-    w_star = _enumerated_optimum(g, b, r, ridge_for(gram.dtype))
-    return primal_weights(g, r, w_star, c, gram.dtype), w_star
+    g, b, r, ridge = _dual_terms(gram, c)
+    w_star = _enumerated_optimum(g, b, r)
+    return primal_weights(g, r, w_star, c, ridge, gram.dtype), w_star
 
 
-def _enumerated_optimum(g, b, r, ridge) -> torch.Tensor:
+def _enumerated_optimum(g, b, r) -> torch.Tensor:
     """w* of the dual on ``(g, b, r)`` from :func:`_dual_terms`, by scoring every support."""
     k = g.shape[-1]
-    w, feasible = _support_candidates(g, b, r, support_masks(k, g.device), ridge)
+    w, feasible = _support_candidates(g, b, r, support_masks(k, g.device))
     obj = dual_objective(g.unsqueeze(-3), b.unsqueeze(-2), r, w)
     obj = torch.where(feasible, obj, torch.full_like(obj, float("inf")))
     best = obj.argmin(-1, keepdim=True)
     return torch.gather(w, -2, best.unsqueeze(-1).expand(*best.shape, k)).squeeze(-2)
 
 
-def primal_weights(g, r, w, c: float, dtype: torch.dtype) -> torch.Tensor:
+def primal_weights(g, r, w, c: float, ridge: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Weights of d = g0 + (r/‖g_w‖) g_w, or of a better primal-feasible candidate.
 
-    ‖g_w‖ is floored at sqrt(ε) of ``dtype`` (relative to the largest row): below that its
-    direction is rounding noise and r/‖g_w‖ would blow the weights up (to inf in float32);
-    the floor keeps d inside the ball. The candidates are then compared on the primal
-    objective min_i g_i·d (in float64 on G): the dual's d, the mean, and 0 when c ≥ 1.
-    A candidate must win by more than the rounding of its score (``slack``), so near a
-    stationary point, where the dual's score is 0 ± noise, c ≥ 1 returns 0.
+    ``g`` is G + δ diag G (``ridge`` = δ, :func:`_dual_terms`). G is known to ±e‖g_i‖‖g_j‖ entry
+    by entry, e = max(ε, δ/K) (ε of ``dtype``; δ/K where the spectral bound δ says more), so
+    ‖g_w‖² to ±e(Σ_k |w_k|‖g_k‖)² and r² to ±c²e(Σ_k ‖g_k‖/K)²: the step takes the lower end
+    of r over the upper end of ‖g_w‖, so d stays inside the ball even where g_w is rounding
+    noise or g0 is small against the rows (d left it by 5e-4 of r in float32 there). The
+    candidates are then compared on the primal objective min_i g_i·d (in float64 on G): the
+    dual's d, the mean, and 0 when c ≥ 1. Each task's gain (Gv)_i is known to
+    ±4e‖g_i‖ Σ_j ‖g_j‖|v_j|; the dual's d loses to the mean only where the mean beats even
+    its most favourable reading, and to 0 (c ≥ 1) unless its least favourable reading is still
+    positive: near a stationary point, where its gains are 0 ± noise, c ≥ 1 returns 0.
     """
     k = g.shape[-1]
-    floor = torch.finfo(dtype).eps ** 0.5 * gram_scale(g).squeeze(-1).sqrt()
-    gw_norm = torch.sqrt((w * (g @ w.unsqueeze(-1)).squeeze(-1)).sum(-1, keepdim=True).clamp(min=0.0))
-    dual = 1.0 / k + r / torch.maximum(gw_norm, floor) * w
+    norms = torch.diagonal(g, dim1=-2, dim2=-1).div(1.0 + ridge.squeeze(-1)).sqrt()
+    entry = (ridge.squeeze(-1) / k).clamp_min(torch.finfo(dtype).eps)
+    unsure = entry * (norms * w.abs()).sum(-1, keepdim=True).square()
+    gw_norm = (_quad(g, w).unsqueeze(-1) + unsure).sqrt()
+    # r² = c²·1ᵀG1/K² is known to ±c²e(Σ_k‖g_k‖/K)²: lost to cancellation when g0 is small
+    r_low = (r.square() - c**2 * entry * norms.mean(-1, keepdim=True).square()).clamp(min=0.0).sqrt()
+    dual = 1.0 / k + r_low / torch.where(gw_norm > 0, gw_norm, torch.ones_like(gw_norm)) * w  # 0: w on zero rows only
     mean = torch.full_like(dual, 1.0 / k)
-    worst = lambda v: (g @ v.unsqueeze(-1)).squeeze(-1).amin(-1, keepdim=True)  # noqa: E731
-    # rounding of min_i (Gv)_i: a few ε of the Gramian's dtype times ‖v‖₁ (G/max diag ≤ 1)
-    slack = 8 * k * torch.finfo(dtype).eps * gram_scale(g).squeeze(-1) * dual.abs().sum(-1, keepdim=True)
-    out = torch.where(worst(mean) > worst(dual) + slack, mean, dual)
+    gains = lambda v: (g @ v.unsqueeze(-1)).squeeze(-1)  # noqa: E731
+    noise = lambda v: 4 * entry * norms * (norms * v.abs()).sum(-1, keepdim=True)  # noqa: E731
+    best_reading = (gains(dual) + noise(dual)).amin(-1, keepdim=True)
+    out = torch.where(gains(mean).amin(-1, keepdim=True) > best_reading, mean, dual)
     if c >= 1.0:  # 0 is in the ball and scores 0: keep d only where it certifiably beats that
-        out = torch.where(worst(out) > slack, out, torch.zeros_like(out))
+        out = torch.where((gains(out) - noise(out)).amin(-1, keepdim=True) > 0, out, torch.zeros_like(out))
     return out
 
 
