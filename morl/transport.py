@@ -262,9 +262,15 @@ def solve(cost: torch.Tensor, a: torch.Tensor | None = None, b: torch.Tensor | N
         plan, _, it = sinkhorn(c / scale, an, bn, **solver_options)
         return plan, it
 
+    def feasible(p: torch.Tensor) -> torch.Tensor:
+        # MM compares the plans it will return: rounding an inexact solver's plan onto Ω can move
+        # the objective a lot (IPOT on C − τ·1[argmax] once ended 0.5 above the unregularised plan)
+        return round_to_marginals(p * mass, a, b) / mass if round_plan else p
+
     plan, iters = linear_ot(cost, p0)
     outer = 0
     if tau > 0:
+        plan = feasible(plan)
         objective = (cost * plan).sum() + tau * diversity_regulariser(plan)
         pattern = plan.argmax(-1)
         for outer in range(1, max_outer + 1):
@@ -272,6 +278,7 @@ def solve(cost: torch.Tensor, a: torch.Tensor | None = None, b: torch.Tensor | N
             # The inner problem is at unit mass; <C,Γ> + τR(Γ) is homogeneous in the mass, so the
             # linearised cost C + τ∇R(Γ) = C − τ·1[argmax] is the same at any mass.
             candidate, it = linear_ot(cost - tau * onehot, plan)
+            candidate = feasible(candidate)
             iters += it
             cand_obj = (cost * candidate).sum() + tau * diversity_regulariser(candidate)
             if bool(cand_obj > objective + 1e-12 * objective.abs()):

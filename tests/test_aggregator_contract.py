@@ -24,10 +24,15 @@ STATIONARY_TOL = {torch.float32: 1e-4, torch.float64: 1e-10}
 #: each projection iteratively to a relative tolerance: ≤ 3.4e-4 / 2.2e-10 (seed 0 alone stayed
 #: under STATIONARY_TOL, seeds 1-3 did not).
 PROJECTION_STATIONARY_TOL = {torch.float32: 1e-3, torch.float64: 1e-9}
-#: CAGrad's direction depends on sqrt(wᵀGw); a float32 Gramian's rounding depends on the row
-#: order (the product's blocking), so on rank-deficient rows a permutation moves the direction
-#: by up to 9.2e-4 of the scale (measured over seeds 0-19, K = 6; 5.7e-13 in float64).
-CAGRAD_F32_PERMUTATION = 3e-3
+#: Permutation bounds where 10 REL_TOL is not what the method can give, measured over seeds 0-19
+#: (MORL_TEST_SEED). CAGrad's direction depends on sqrt(wᵀGw), and a float32 Gramian's rounding
+#: on the row order (the product's blocking): up to 9.2e-4 of the scale on rank-deficient K = 6
+#: rows (5.7e-13 in float64). IMTL-G solves on unit-normalised rows, as ill-conditioned as their
+#: norms are spread: 8.3e-5 (float32, stationary K = 6) and 5.2e-9 (float64, K = 3, norms
+#: spread over 1e6; seed 5 failed the 1e-9 bound).
+PERMUTATION_TOL = {
+    ("cagrad", torch.float32): 3e-3, ("imtl_g", torch.float32): 3e-4, ("imtl_g", torch.float64): 3e-8,
+}
 CONFIGS = all_configs()
 IDS = [f"{n}{'-' + '-'.join(f'{k}={v}' for k, v in o.items()) if o else ''}" for n, o, _ in CONFIGS]
 
@@ -170,7 +175,8 @@ def test_strong_stationarity(name, options, case, dtype, gen):
 def test_permutation_invariance(name, options, case, dtype, gen):
     """Relative to the larger of ‖d‖ and max‖g_k‖: Nash-MTL and FairGrad return a clipped,
     scale-free d (‖d‖ ≈ 1 for gradients of norm 1e-12), the others a d that scales with J."""
-    tol = CAGRAD_F32_PERMUTATION if dtype == torch.float32 and "cagrad" in (name, options.get("base")) else 10 * REL_TOL[dtype]
+    method = "cagrad" if "cagrad" in (name, options.get("base")) else name
+    tol = PERMUTATION_TOL.get((method, dtype), 10 * REL_TOL[dtype])
     for label, j in cases(gen, dtype, ks=(3, 6, 15)):
         perm = torch.randperm(j.shape[0], generator=gen)
         d = _call(build(name, **options), j).double()

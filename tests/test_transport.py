@@ -78,6 +78,9 @@ def test_regulariser_gives_one_model_per_objective(gen):
 
 
 def test_mm_objective_never_increases(gen):
+    """The returned (rounded) plan's objective. Seed 4 (MORL_TEST_SEED) ended 0.51 above the
+    unregularised plan's while MM compared unrounded IPOT plans; with each candidate rounded onto
+    Ω before the comparison, none of seeds 0-19 ends above it."""
     cost, _, _ = _problem(gen, n=12, m=3)
     a = torch.rand(12, generator=gen, dtype=torch.float64) + 0.1
     b = torch.rand(3, generator=gen, dtype=torch.float64) + 0.1
