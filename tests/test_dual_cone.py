@@ -183,9 +183,10 @@ def test_active_set_first_matches_the_enumeration(monkeypatch, k, rank):
 def test_any_warm_start_gives_the_cold_optimum(k, rank, path):
     """The free set a solve starts from (the previous call's, for UPGrad/DualProj) changes how
     many rounds it takes, not the answer: all-free, all-active, random and the optimal starts
-    against the cold solve: projections Jᵀv to 5e-11 of max‖g‖ (measured over seeds 0..2 on
-    both paths: 0 where the same free set is reached, up to 6.5e-12 at K = 10, rank 4, where
-    the stopping rule's multiplier tolerance, 1e-10, admits a neighbouring free set)."""
+    against the cold solve: projections Jᵀv to 2e-9 of max‖g‖ (measured over problem seeds
+    0..39 on both paths: 0 where the same free set is reached, up to 5.2e-10 at K = 10, rank 4
+    and K = 25, where the stopping rule's multiplier tolerance, 1e-10, admits a neighbouring
+    free set; seeds 0..2 alone reached 6.5e-12, and the bound was 5e-11)."""
     gen = torch.Generator().manual_seed(7)
     for seed in range(3):
         j, u = _problem(seed, k, 12, rank)
@@ -196,7 +197,7 @@ def test_any_warm_start_gives_the_cold_optimum(k, rank, path):
         for start in starts:
             v, converged, _ = project_with_free_set(gram, u, free_start=start)
             assert bool(converged.all())
-            assert float((v @ j - v_cold @ j).norm(dim=1).max() / j.norm(dim=1).max()) <= 5e-11
+            assert float((v @ j - v_cold @ j).norm(dim=1).max() / j.norm(dim=1).max()) <= 2e-9
 
 
 @pytest.mark.parametrize("k", [3, 5])

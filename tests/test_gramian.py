@@ -10,9 +10,11 @@ from morl.solvers.gramian import (CHUNK, CHUNKED_K, TRIANGLE_K, _product, gram_s
 
 @pytest.mark.parametrize("k", [CHUNKED_K[0], 8, CHUNKED_K[1]])
 def test_chunked_product_against_float64(k):
-    """Column chunks of CHUNK summed in float32: relative error ≤ 1e-6 of the largest entry
-    against the float64 product (measured ≤ 6e-7 over 5 seeds; a dropped or doubled chunk costs
-    ~CHUNK/D ≈ 0.2). D is not a multiple of CHUNK, so the ragged last chunk is covered."""
+    """Column chunks of CHUNK summed in float32: relative error ≤ 3e-6 of the largest entry
+    against the float64 product (measured ≤ 1.1e-6 over seeds 0..59, K = 6, 8, 10; the 5 seeds
+    here alone ≤ 6e-7, and a bound of 1e-6 failed under MORL_TEST_SEED_OFFSET=2; a dropped or
+    doubled chunk costs ~CHUNK/D ≈ 0.2). D is not a multiple of CHUNK, so the ragged last chunk
+    is covered."""
     d = 4 * CHUNK + 123
     for seed in range(5):
         gen = torch.Generator().manual_seed(seed)
@@ -20,11 +22,11 @@ def test_chunked_product_against_float64(k):
         exact = grads.double() @ grads.double().T
         gram = gramian(grads)
         assert gram.dtype == torch.float32 and gram.shape == (k, k)
-        assert float((gram.double() - exact).abs().max()) <= 1e-6 * float(exact.abs().max())
+        assert float((gram.double() - exact).abs().max()) <= 3e-6 * float(exact.abs().max())
         torch.testing.assert_close(gram, gram.T, rtol=1e-6, atol=1e-6 * float(exact.abs().max()))
         # the product itself (gramian() would hide a product that came out all zero: it then
         # redoes it on rescaled rows)
-        assert float((_product(grads).double() - exact).abs().max()) <= 1e-6 * float(exact.abs().max())
+        assert float((_product(grads).double() - exact).abs().max()) <= 3e-6 * float(exact.abs().max())
 
 
 def test_top_is_the_largest_diagonal_entry_and_absent_off_cpu():

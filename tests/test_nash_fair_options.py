@@ -120,7 +120,10 @@ def test_the_alpha_fair_solver_on_a_batch_is_each_member_alone(a):
     for i in range(4):
         wi, ci, si = alpha_fair_solve(grams[i], a, init=inits[i])
         assert bool(ci) == bool(converged[i]) and bool(si) == bool(stationary[i]), i
-        assert (w[i] - wi).abs().max() <= 1e-6 * wi.abs().max(), i
+        if not bool(si):  # at a Pareto-stationary member the optimum does not exist: the weights
+            # grow without bound along the null combination (1e7 and more), and two runs stopped
+            # at different steps differ there (MORL_TEST_SEED_OFFSET=1: 4.3e6 apart)
+            assert (w[i] - wi).abs().max() <= 1e-6 * wi.abs().max(), i
     assert bool(stationary[3]) and not bool(stationary[:3].any())
 
 
