@@ -364,8 +364,11 @@ def test_runner_orders_each_objective_by_its_own_current_gradients():
         expected, v = numpy_jogba_epoch(G, before.numpy(), v, "joint_sum", np.inf, margins)
         np.testing.assert_array_equal(order.orders().numpy(), expected, err_msg=f"epoch {epoch}")
     # Not decided by rounding: the closest of the 105 sign decisions with s ≠ 0 has a relative
-    # margin of 3.8e-3 (measured), 12 orders of magnitude above float64 rounding.
-    assert min(margins) > 1e-6
+    # margin of 3.8e-3 (measured), 12 orders of magnitude above float64 rounding. A margin of
+    # exactly 0 is an exact tie, not a near one: with the max-norm, both norms can sit on a
+    # coordinate where g is exactly 0 (a weight the unit's loss does not reach, e.g. behind a
+    # dead ReLU; MORL_TEST_SEED_OFFSET=1 drew one), and both implementations take + on ties.
+    assert all(margin == 0 or margin > 1e-6 for margin in margins) and max(margins) > 0
     assert not np.array_equal(G[0], G[1])  # the objectives' gradients differ, so a mix-up shows
 
 
