@@ -30,13 +30,22 @@ def test_synthetic_generator_shapes_and_heterogeneity():
 
 def test_synthetic_labels_follow_the_client_model():
     # y = argmax(x W_k + b_k): a per-client logistic regression fits its own train data well.
-    data = fl_data.synthetic(1.0, 1.0, num_clients=3, samples_per_client=400, seed=3)
+    data = fl_data.synthetic(1.0, 1.0, num_clients=10, samples_per_client=400, seed=3)
     from sklearn.linear_model import LogisticRegression
 
-    for k in range(3):
+    # Synthetic(1, 1)'s label skew is strong: a client can get a single class (with 3 clients,
+    # MORL_TEST_SEED_OFFSET=2 drew three), which its model trivially explains and no classifier
+    # can fit. Of 10 clients, 4-10 had several classes over seeds 3-22.
+    fitted = 0
+    for k in range(10):
         n = int(data.train.count[k])
-        clf = LogisticRegression(max_iter=2000, C=100.0).fit(data.train.x[k, :n].numpy(), data.train.y[k, :n].numpy())
-        assert clf.score(data.train.x[k, :n].numpy(), data.train.y[k, :n].numpy()) > 0.9
+        x, y = data.train.x[k, :n].numpy(), data.train.y[k, :n].numpy()
+        if len(np.unique(y)) == 1:
+            continue
+        clf = LogisticRegression(max_iter=2000, C=100.0).fit(x, y)
+        assert clf.score(x, y) > 0.9
+        fitted += 1
+    assert fitted >= 3
 
 
 def test_dirichlet_split_covers_everything_once():
