@@ -195,3 +195,26 @@ def test_each_active_set_round_stays_feasible_and_never_raises_the_dual_objectiv
             if bool((done | stuck).all()):
                 break
     assert minor_steps >= 1  # the invariant was checked on minor steps too
+
+
+@pytest.mark.parametrize("c", [0.5, 2.0])
+def test_the_duality_gap_certifies_the_optimum_and_nothing_far_from_it(c):
+    """Weak duality (w·b + r‖g_w‖ ≥ min_i g_i·d for every d in the ball): the exact dual optimum
+    and its primal weights are certified; the uniform w, wherever its objective is 1e-3 of the
+    scale above the optimum's (hand formula, unsmoothed), is not. Over the 40 Gramians of seed 0:
+    every optimum certified, and the uniform w was that far off on all 40 for both c (bound 20).
+    Flipping the sign of r‖g_w‖ in the dual value, or of the rounding allowance, fails this."""
+    from morl.aggregators.cagrad import _certified, _dual_terms, primal_weights
+
+    checked = 0
+    for gram in _instances(0):
+        g, b, r, ridge = _dual_terms(gram, c)
+        tol = 1e-10 * (b.abs().amax(-1) + r.squeeze(-1))
+        _, w_star = cagrad_dual_exact(gram, c)
+        out = primal_weights(g, r, w_star, c, ridge, gram.dtype)
+        assert bool(_certified(g, b, r, w_star, out, ridge, tol))
+        uniform = torch.full_like(w_star, 1.0 / len(w_star))
+        if _dual_objective(gram, uniform, c) - _dual_objective(gram, w_star, c) > 1e-3 * float(b.abs().max() + r):
+            assert not bool(_certified(g, b, r, uniform, primal_weights(g, r, uniform, c, ridge, gram.dtype), ridge, tol))
+            checked += 1
+    assert checked >= 20

@@ -127,8 +127,7 @@ def _iterative_dual(g, b, r, c: float, max_iter: int, tol, init) -> tuple[torch.
     if c >= 1.0:  # at a Pareto-stationary point the optimum is the min-norm point (value 0),
         # where ‖g_w‖ → 0 makes the objective too curved for FISTA: offer it directly
         w_mn = min_norm_solve(g)[0]
-        unsmoothed = lambda v: (v * b).sum(-1) + r.squeeze(-1) * _quad(g, v).sqrt()  # noqa: E731  (EPS ~ ‖g_w‖² there)
-        better = unsmoothed(w_mn) < unsmoothed(w)
+        better = _unsmoothed(g, b, r, w_mn) < _unsmoothed(g, b, r, w)  # (EPS ~ ‖g_w‖² there)
         w = torch.where(better.unsqueeze(-1), w_mn, w)
     if reads_are_free(g):  # on CPU, active-set steps from there end on the exact optimum
         w_as, done_as = _active_set_steps(g, b, r, w, tol, rounds=b.shape[-1] + 10)
@@ -139,6 +138,11 @@ def _iterative_dual(g, b, r, c: float, max_iter: int, tol, init) -> tuple[torch.
 def _quad(g, w) -> torch.Tensor:
     """‖g_w‖² = wᵀGw [...], clamped at 0."""
     return (w * (g @ w.unsqueeze(-1)).squeeze(-1)).sum(-1).clamp(min=0.0)
+
+
+def _unsmoothed(g, b, r, w) -> torch.Tensor:
+    """The dual objective w·b + r‖g_w‖ [...] without :func:`dual_objective`'s EPS smoothing."""
+    return (w * b).sum(-1) + r.squeeze(-1) * _quad(g, w).sqrt()
 
 
 def _certified(g, b, r, w, out, ridge, tol) -> torch.Tensor:
@@ -153,7 +157,7 @@ def _certified(g, b, r, w, out, ridge, tol) -> torch.Tensor:
     quad = _quad(g, w).unsqueeze(-1)
     spread = 2 * ridge.squeeze(-1) * (w.square() * torch.diagonal(g, dim1=-2, dim2=-1)).sum(-1, keepdim=True)
     unknown = r * (quad.sqrt() - (quad - spread).clamp(min=0.0).sqrt())
-    dual = (w * b).sum(-1, keepdim=True) + r * quad.sqrt()
+    dual = _unsmoothed(g, b, r, w).unsqueeze(-1)
     primal = (g @ out.unsqueeze(-1)).squeeze(-1).amin(-1, keepdim=True)
     return (dual - primal <= tol.unsqueeze(-1) + unknown).squeeze(-1)
 
