@@ -47,7 +47,7 @@ if int(os.environ.get("MORL_TEST_SEED_OFFSET", "0")):
     torch.manual_seed = lambda seed: _torch_manual_seed(int(seed) + _OFFSET)
     np.random.default_rng = lambda seed=None, *a: _np_default_rng(None if seed is None else _offset_np(seed), *a)
     np.random.seed = lambda seed=None: _np_seed(None if seed is None else int(seed) + _OFFSET)
-    random.seed = lambda seed=None, *a, **k: _random_seed(None if seed is None else hash(seed) + _OFFSET, *a, **k)
+    random.seed = lambda seed=None, *a, **k: _random_seed(seed + _OFFSET if isinstance(seed, int) else seed, *a, **k)
 
     def _offset_np(seed):
         return int(seed) + _OFFSET if isinstance(seed, (int, np.integer)) else seed
