@@ -91,15 +91,38 @@ def algorithm1(pb: Quadratic, alpha, omega, warm_start: bool) -> list[dict]:
     return trace
 
 
-# Problem seeds picked (from 40) so that both branches of every line are exercised; see the
-# regime checks at the end of the test.
+def _exercises_every_regime(pb, alpha0, omega0, ref, warm_start) -> bool:
+    """The run exercises what the comparison is meant to catch (else it could pass vacuously)."""
+    lam = np.array([e["lam"] for e in ref])
+    lam_tilde = np.array([e["lam_tilde"] for e in ref])
+    nus = np.array([e["nu"] for e in ref])
+    return bool(
+        np.abs(lam_tilde[1:] - lam[1:]).max() > 0.1  # momentum changes λ̃^k by > 1e5 · TOL
+        and (lam > 1e-3).all(1).sum() >= 3  # QP (11) has interior solutions, not only vertices
+        and (nus > 1e-3).any() and (nus == 0).any()  # both branches of ν = max(λ̃·π, 0)
+        # ω̃^0 = ω_k vs ω_0 (line 4) matters here
+        and np.abs(algorithm1(pb, alpha0, omega0, not warm_start)[-1]["omega"] - ref[-1]["omega"]).max() > 0.05
+    )
+
+
+def exercising_problem(m: int, warm_start: bool, tries: int = 200):
+    """The first problem seed whose reference run exercises every regime above. A scan rather
+    than a pinned seed, so that the check holds for any seeding (MORL_TEST_SEED_OFFSET): at
+    seed offset 0, 5 of seeds 0..39 qualify for m = 2 and 2 for m = 3 (17 and 35), ~65 ms a try."""
+    for seed in range(tries):
+        pb = Quadratic(m, seed=seed)
+        rng = np.random.default_rng(10 + seed)
+        alpha0, omega0 = rng.normal(size=N_ALPHA), rng.normal(size=N_OMEGA)
+        ref = algorithm1(pb, alpha0, omega0, warm_start)
+        if _exercises_every_regime(pb, alpha0, omega0, ref, warm_start):
+            return pb, alpha0, omega0, ref
+    raise AssertionError(f"no problem among {tries} seeds exercises every regime (m={m})")
+
+
 @pytest.mark.parametrize("warm_start", [True, False])
-@pytest.mark.parametrize("m,seed", [(2, 26), (3, 17)])  # m = 2: FORUM's closed-form QP; m = 3: its interior-point QP
-def test_forum_iterates_match_algorithm1(m, seed, warm_start):
-    pb = Quadratic(m, seed=seed)
-    rng = np.random.default_rng(10 + seed)
-    alpha0, omega0 = rng.normal(size=N_ALPHA), rng.normal(size=N_OMEGA)
-    ref = algorithm1(pb, alpha0, omega0, warm_start)
+@pytest.mark.parametrize("m", [2, 3])  # m = 2: FORUM's closed-form QP; m = 3: its interior-point QP
+def test_forum_iterates_match_algorithm1(m, warm_start):
+    pb, alpha0, omega0, ref = exercising_problem(m, warm_start)
 
     a = torch.tensor(alpha0, requires_grad=True)
     w = torch.tensor(omega0, requires_grad=True)
@@ -113,13 +136,3 @@ def test_forum_iterates_match_algorithm1(m, seed, warm_start):
         np.testing.assert_allclose(solver.lam_tilde.numpy(), expect["lam_tilde"], rtol=0, atol=TOL)  # carried state
         np.testing.assert_allclose(a.detach().numpy(), expect["alpha"], rtol=0, atol=TOL, err_msg=f"α at k={k}")
         np.testing.assert_allclose(w.detach().numpy(), expect["omega"], rtol=0, atol=TOL, err_msg=f"ω at k={k}")
-
-    # The run exercises what the comparison is meant to catch (else it could pass vacuously):
-    lam = np.array([e["lam"] for e in ref])
-    lam_tilde = np.array([e["lam_tilde"] for e in ref])
-    nus = np.array([e["nu"] for e in ref])
-    assert np.abs(lam_tilde[1:] - lam[1:]).max() > 0.1  # momentum changes λ̃^k by > 1e5 · TOL
-    assert (lam > 1e-3).all(1).sum() >= 3  # QP (11) has interior solutions, not only vertices
-    assert (nus > 1e-3).any() and (nus == 0).any()  # both branches of ν = max(λ̃·π, 0)
-    other = algorithm1(pb, alpha0, omega0, not warm_start)  # ω̃^0 = ω_k vs ω_0 (line 4) matters here
-    assert np.abs(other[-1]["omega"] - ref[-1]["omega"]).max() > 0.05

@@ -1,6 +1,8 @@
 """morl.solvers.gramian: the chunked CPU product (6 ≤ K ≤ 10, large D) and the two-block one
 (K ≥ TRIANGLE_K) are the Gramian."""
 
+import importlib
+
 import pytest
 import torch
 
@@ -8,8 +10,30 @@ from morl.solvers.gramian import (CHUNK, CHUNKED_K, TRIANGLE_K, _product, gram_s
                                   normalized_gramian)
 
 
+@pytest.fixture
+def chunk_small_matrices(monkeypatch):
+    """Route matrices of any size to the chunked product (the cut is a speed choice only)."""
+    monkeypatch.setattr(importlib.import_module("morl.solvers.gramian"), "CHUNK_MIN_NUMEL", 0)
+
+
+def test_the_chunked_product_is_taken_for_large_matrices_only(monkeypatch):
+    """6 ≤ K ≤ 10 and at least CHUNK_MIN_NUMEL entries (and 4 chunks): chunk by chunk;
+    smaller matrices: one plain product (spied on through addmm_, which only chunks call)."""
+    calls = []
+    real = torch.Tensor.addmm_
+    monkeypatch.setattr(torch.Tensor, "addmm_", lambda self, *a, **kw: calls.append(1) or real(self, *a, **kw))
+    module = importlib.import_module("morl.solvers.gramian")
+    assert module.CHUNK_MIN_NUMEL > 0
+    for k, d, numel, chunked in ((8, 4 * CHUNK + 1, 0, True), (8, 4 * CHUNK + 1, 8 * (4 * CHUNK + 1) + 1, False),
+                                 (8, 4 * CHUNK - 1, 0, False), (11, 4 * CHUNK + 1, 0, False), (5, 4 * CHUNK + 1, 0, False)):
+        monkeypatch.setattr(module, "CHUNK_MIN_NUMEL", numel)
+        calls.clear()
+        _product(torch.ones(k, d))
+        assert bool(calls) == chunked, (k, d, numel)
+
+
 @pytest.mark.parametrize("k", [CHUNKED_K[0], 8, CHUNKED_K[1]])
-def test_chunked_product_against_float64(k):
+def test_chunked_product_against_float64(k, chunk_small_matrices):
     """Column chunks of CHUNK summed in float32: relative error ≤ 3e-6 of the largest entry
     against the float64 product (measured ≤ 1.1e-6 over seeds 0..59, K = 6, 8, 10; the 5 seeds
     here alone ≤ 6e-7, and a bound of 1e-6 failed under MORL_TEST_SEED_OFFSET=2; a dropped or
@@ -56,7 +80,7 @@ def test_two_block_product_against_float64(k):
 
 
 @pytest.mark.parametrize("k", [CHUNKED_K[0], TRIANGLE_K])
-def test_chunked_and_two_block_products_keep_float64(k):
+def test_chunked_and_two_block_products_keep_float64(k, chunk_small_matrices):
     """Both CPU products accumulate in the rows' dtype: float64 rows give the float64 Gramian to
     1e-12 relative (a float32 accumulator would be off by ~1e-7)."""
     grads = _rows(k, k, 4 * CHUNK + 7, torch.float64)

@@ -110,9 +110,12 @@ def test_exact_solver_ridge_argument_and_defaults():
 def test_float32_gramians_are_solved_with_the_float32_ridge():
     # min_norm on a float32 Gramian solves G + ridge_for(float32)·diag G (16 ε ≈ 1.9e-6) on every
     # path. Rows e0 + 0.01 h_k (h_k ⟂ e0) put the decision in a 1e-4 part of G, where that ridge
-    # moves λ by ≥ 3.3e-4 (measured, 6 seeds, K = 3) while the solver agrees with the ridged
-    # reference to ≤ 2.4e-8 (K = 3, bound 1e-6) and its KKT residual on the ridged problem is
-    # ≤ 1.7e-8 (K = 11, bound 1e-7; with the float64 ridge 1e-12 instead it would be ≥ 2.7e-7).
+    # moves λ by 5.4e-4 in the median (K = 3; 1.6e-6 at the least, 9.3e-5 at the 5 % quantile,
+    # seeds 0..199), while the solver agrees with the ridged reference to ≤ 3.0e-8 (K = 3, bound
+    # 1e-6) and its KKT residual on the ridged problem is ≤ 2.9e-8 (K = 11, bound 1e-7; with the
+    # float64 ridge 1e-12 instead it would be ≥ 2.7e-7). So the ridge must show (> 1e-4, 100x
+    # the agreement bound) on at least one of the six K = 3 draws: all six below has odds ~1e-8.
+    effects = []
     for seed in range(6):
         for k in (3, 11):
             gen = torch.Generator().manual_seed(seed)
@@ -125,9 +128,10 @@ def test_float32_gramians_are_solved_with_the_float32_ridge():
             if k == 3:
                 ref = exact_min_norm(ridged(g, ridge_for(torch.float32)))
                 np.testing.assert_allclose(lam, ref, rtol=0, atol=1e-6)
-                assert np.abs(exact_min_norm(ridged(g, 1e-12)) - ref).max() > 1e-4  # the ridge shows
+                effects.append(np.abs(exact_min_norm(ridged(g, 1e-12)) - ref).max())
             else:
                 assert kkt_residual(ridged(g, ridge_for(torch.float32)), lam) < 1e-7
+    assert max(effects) > 1e-4  # the ridge shows
 
 
 def test_min_norm_2_is_the_documented_closed_form():

@@ -40,22 +40,39 @@ def random_grams(batch: int, k: int, seed: int, shift: float = 0.0) -> torch.Ten
     return g @ g.transpose(-2, -1)
 
 
+def with_a_dominated_row(k: int, seed: int, rho: float) -> torch.Tensor:
+    """A [K, K] Gramian whose optimum has an active constraint on every seed: K − 1 random rows
+    with min-norm point d (weights λ, multiplier μ = λᵀ(G + ρI)λ on the support), and a last
+    row g = 2μ d / ‖d‖² + n with n ⟂ d, so g·d = 2μ > μ: λ padded with 0 stays optimal (KKT)."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = torch.randn(k, k + 6, generator=gen, dtype=torch.float64)
+    rows[:-1, 0] += 2.0
+    head = rows[:-1] @ rows[:-1].T
+    lam = torch.from_numpy(exact_min_norm(head.numpy() + rho * np.eye(k - 1)))
+    d = lam @ rows[:-1]
+    mu = lam @ (head + rho * torch.eye(k - 1, dtype=torch.float64)) @ lam
+    noise = rows[-1] - (rows[-1] @ d) / (d @ d) * d
+    rows[-1] = 2 * mu * d / (d @ d) + noise
+    return rows @ rows.T
+
+
 @pytest.mark.parametrize("k", [2, 3, 5, 8, 11])
 @pytest.mark.parametrize("rho", [0.0, 0.3])
 def test_batched_min_norm_equals_support_enumeration(k, rho):
-    grams = random_grams(3, k, seed=k, shift=2.0)
+    # three random Gramians (some have active constraints, depending on the draw) and one whose
+    # last weight is 0 by construction, so the zero weights are checked whatever the seeds
+    grams = torch.cat([random_grams(3, k, seed=k, shift=2.0), with_a_dominated_row(k, seed=k, rho=rho)[None]])
     lam = min_norm(grams, rho=rho)
-    assert lam.shape == (3, k) and lam.dtype == torch.float64
+    assert lam.shape == (4, k) and lam.dtype == torch.float64
     zeros = 0
-    for b in range(3):
+    for b in range(4):
         work = grams[b].numpy() + rho * np.eye(k)
         ref = exact_min_norm(work)
         zeros += int((ref < 1e-9).sum())
         # the objective is what the solvers promise; λ itself is unique (G positive definite)
         np.testing.assert_allclose(lam[b].numpy() @ work @ lam[b].numpy(), ref @ work @ ref, rtol=1e-9)
         np.testing.assert_allclose(lam[b].numpy(), ref, atol=1e-6)
-    if k > 2:
-        assert zeros > 0  # some constraints are active: not the unconstrained solution
+    assert zeros > 0 and lam[3, -1] == pytest.approx(0.0, abs=1e-9)  # some constraints are active
 
 
 def test_float32_gramian_gives_the_float64_answer_to_float32_precision():

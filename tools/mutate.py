@@ -87,7 +87,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "morl/aggregators/cagrad.py": (
         ["morl/aggregators/cagrad.py"],
-        [*_AGGREGATOR_TESTS, "-k", "cagrad"],
+        # session 12: with the float32 sweep against cvxpy's primal (3 s)
+        [*_AGGREGATOR_TESTS, "tests/test_cagrad_float32.py", "-k", "cagrad"],
     ),
     "morl/aggregators/pcgrad.py": (  # session 10: the three files of the 380b9cb run that were complete there
         [f"morl/aggregators/{name}.py" for name in ("pcgrad", "mean", "epo_al")],

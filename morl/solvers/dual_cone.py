@@ -318,9 +318,9 @@ def active_set_steps(g_hat, c, z, free, tol: float, rounds: int) -> tuple[torch.
             obj_minor = torch.minimum(obj_arc, obj_minor)
         z = torch.where(major.unsqueeze(-1), torch.maximum(y, c), torch.where(minor.unsqueeze(-1), z_minor, z))
         free = torch.where(minor.unsqueeze(-1), free_minor, free | entering)
+        # no early exit here: a problem that took a minor step this round is not done (on the
+        # CPU, rounds without any minor step exit through the shortcut above)
         done = done | (major & ~adds)
-        if reads_are_free(z) and bool(done.all()):
-            break
     return z, done
 
 

@@ -34,6 +34,10 @@ def add_arguments(parser) -> None:
     )
     parser.add_argument("--ks", default=None, help="with --against: comma-separated K values (default: 2,10,50,100; --quick 2,5)")
     parser.add_argument(
+        "--ds", default=None,
+        help="with --against: comma-separated D values, e.g. 344008 (MT10's actor) or 1e6 (default: 1e4,1e6; --quick 1e3)",
+    )
+    parser.add_argument(
         "--check-finite", choices=("raise", "skip", "off"), default=None,
         help="with --against: morl's check_finite option (default raise, the library default)",
     )
@@ -49,7 +53,7 @@ def main(args) -> int:
         raise UserError("--against applies to `morl bench aggregators` only")
     if getattr(args, "check_finite", None) and not getattr(args, "against", None):
         raise UserError("--check-finite applies with --against only")
-    for opt in ("methods", "ks"):
+    for opt in ("methods", "ks", "ds"):
         if getattr(args, opt, None) is not None and not getattr(args, "against", None):
             raise UserError(f"--{opt} applies with --against only")
     if getattr(args, "threads", None) is not None and args.threads < 1:

@@ -145,7 +145,7 @@ def time_against_torchjd(ks, ds, repeats: int, budget_ms: float = 6000.0, method
             print(f"-- K={k} D={d:.0e}: J @ J.T {passes['gemm_ms']:.3f} ms, w @ J {passes['wj_ms']:.3f} ms "
                   "(the two passes over [K, D] of every Gramian method, in both libraries)", flush=True)
             for name, pair, options in chosen:
-                rows.append(_cell(name, pair, options, grads, repeats, budget_ms, check_finite) | passes)
+                rows.append(_with_floor(_cell(name, pair, options, grads, repeats, budget_ms, check_finite) | passes))
                 print(_format_row(rows[-1]), flush=True)
     return rows
 
@@ -167,7 +167,23 @@ def floor_passes(grads: torch.Tensor, calls: int = 5) -> dict:
     return out
 
 
-HEADER = f"{'method':<12} {'K':>4} {'D':>5} {'morl ms':>10} {'TorchJD ms':>11} {'ratio':>7}  {'verdict':<7} {'rel diff':>9}  mapping"
+#: A miss whose floor ratio is at least this is bound by the two passes: reaching the 0.7
+#: bound would leave everything else (the K×K solve, the checks, Python) under a tenth of
+#: the peer's call, which TorchJD's own K×K work and dispatch already exceed.
+PASS_BOUND = 0.6
+
+
+def _with_floor(row: dict) -> dict:
+    """``floor``: (J @ J.T + w @ J) / TorchJD's median, the ratio of a library that made the
+    two passes and nothing else; ``verdict`` MISS becomes ``PASSES`` where that is ≥ PASS_BOUND."""
+    if "torchjd_ms" not in row:
+        return row
+    floor = (row["gemm_ms"] + row["wj_ms"]) / row["torchjd_ms"]
+    verdict = "PASSES" if row["verdict"] == "MISS" and floor >= PASS_BOUND else row["verdict"]
+    return row | {"floor": floor, "verdict": verdict}
+
+
+HEADER = f"{'method':<12} {'K':>4} {'D':>5} {'morl ms':>10} {'TorchJD ms':>11} {'ratio':>7} {'floor':>6}  {'verdict':<7} {'rel diff':>9}  mapping"
 
 
 def _format_row(r: dict) -> str:
@@ -175,9 +191,9 @@ def _format_row(r: dict) -> str:
 
     head = f"{r['method']:<12} {r['K']:>4} {_si(r['D']):>5}"
     if "error" in r:
-        return f"{head} {'n/a':>10} {'n/a':>11} {'':>7}  {'n/a':<7} {'':>9}  {r['error']}"
+        return f"{head} {'n/a':>10} {'n/a':>11} {'':>7} {'':>6}  {'n/a':<7} {'':>9}  {r['error']}"
     return (
-        f"{head} {r['ms']:>10.3f} {r['torchjd_ms']:>11.3f} {r['ratio']:>7.2f}  {r['verdict']:<7} "
+        f"{head} {r['ms']:>10.3f} {r['torchjd_ms']:>11.3f} {r['ratio']:>7.2f} {r.get('floor', float('nan')):>6.2f}  {r['verdict']:<7} "
         f"{r['rel_diff']:>9.1e}  {r['note']}"
     )
 
@@ -185,8 +201,9 @@ def _format_row(r: dict) -> str:
 def summary(rows: list[dict]) -> str:
     timed = [r for r in rows if "ratio" in r]
     misses = [r for r in timed if r["ratio"] > BOUND]
+    bound = [r for r in misses if r.get("verdict") == "PASSES"]
     worst = max(timed, key=lambda r: r["ratio"], default=None)
-    text = f"{len(timed)} cells timed, {len(misses)} above {BOUND}x"
+    text = f"{len(timed)} cells timed, {len(misses)} above {BOUND}x ({len(bound)} of them PASSES: J @ J.T and w @ J alone take >= {PASS_BOUND} of TorchJD's call)"
     if worst is not None:
         text += f"; worst {worst['method']} K={worst['K']} D={worst['D']}: {worst['ratio']:.2f}x"
     return text
@@ -200,8 +217,8 @@ def _cpu_model() -> str:
         return ""
 
 
-def _selection(args, quick: bool) -> tuple[list[str] | None, tuple[int, ...]]:
-    """``--methods a,b`` (morl names of paired methods) and ``--ks 2,10``, checked."""
+def _selection(args, quick: bool) -> tuple[list[str] | None, tuple[int, ...], tuple[int, ...]]:
+    """``--methods a,b`` (morl names of paired methods), ``--ks 2,10`` and ``--ds 344008``, checked."""
     from morl.runners.errors import UserError
 
     methods = getattr(args, "methods", None)
@@ -211,15 +228,33 @@ def _selection(args, quick: bool) -> tuple[list[str] | None, tuple[int, ...]]:
         unknown = [m for m in methods if m not in paired]
         if unknown or not methods:
             raise UserError(f"--methods: {', '.join(unknown) or 'empty'} not valid; allowed: {', '.join(paired)}")
-    ks = QUICK_K if quick else FULL_K
-    if getattr(args, "ks", None) is not None:
-        try:
-            ks = tuple(int(k) for k in args.ks.split(","))
-        except ValueError:
-            raise UserError(f"--ks must be comma-separated integers, got {args.ks!r}") from None
-        if not ks or min(ks) < 1:
-            raise UserError(f"--ks values must be >= 1, got {args.ks!r}")
-    return methods, ks
+    ks = _sizes(args, "ks", QUICK_K if quick else FULL_K)
+    ds = _sizes(args, "ds", QUICK_D if quick else FULL_D)
+    return methods, ks, ds
+
+
+def _sizes(args, option: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    """``--ks`` / ``--ds``: comma-separated positive integers (``1e6`` allowed), else ``default``."""
+    from morl.runners.errors import UserError
+
+    text = getattr(args, option, None)
+    if text is None:
+        return default
+    try:
+        values = tuple(_integer(v) for v in text.split(","))
+    except ValueError:
+        raise UserError(f"--{option} must be comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise UserError(f"--{option} values must be >= 1, got {text!r}")
+    return values
+
+
+def _integer(text: str) -> int:
+    """'344008' or '1e6' as an int; ValueError for anything that is not a whole number."""
+    value = float(text) if any(c in text.lower() for c in ".e") else int(text)
+    if value != int(value):
+        raise ValueError(text)
+    return int(value)
 
 
 def run(args, machine: dict) -> int:
@@ -235,10 +270,10 @@ def run(args, machine: dict) -> int:
     )
     print("medians of interleaved calls (ours, theirs, ours, ...); ratio = morl median / TorchJD median")
     check_finite = getattr(args, "check_finite", None) or "raise"
-    methods, ks = _selection(args, quick)
+    methods, ks, ds = _selection(args, quick)
     print(f"morl check_finite={check_finite!r} (TorchJD checks nothing)")
     print(HEADER, flush=True)
-    rows = time_against_torchjd(ks, QUICK_D if quick else FULL_D, repeats=2 if quick else 30, methods=methods, check_finite=check_finite)
+    rows = time_against_torchjd(ks, ds, repeats=2 if quick else 30, methods=methods, check_finite=check_finite)
     print(summary(rows))
     if hasattr(os, "getloadavg"):
         print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
