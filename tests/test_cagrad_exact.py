@@ -149,9 +149,11 @@ def test_a_batch_of_gramians_is_solved_as_each_one_alone(c):
         # against mm), so within its accuracy: measured ≤ 2.5e-7 over seeds 10-29, bound 1e-5.
         atol = 1e-12 if k <= 10 else 1e-5
         for i, gram in enumerate(grams):
-            weights_i, w_i, _ = cagrad_dual_solve(gram, c)
+            weights_i, w_i, converged_i = cagrad_dual_solve(gram, c)
             torch.testing.assert_close(w[i], w_i, rtol=0, atol=atol)
             torch.testing.assert_close(weights[i], weights_i, rtol=0, atol=atol)
+            assert bool(converged[i]) == bool(converged_i)  # each member's own certificate
+        assert bool(converged.all())  # well-posed float64 problems: every solve certified
 
 
 @pytest.mark.parametrize("c", [0.5, 0.9, 2.0])
