@@ -150,14 +150,18 @@ def time_against_torchjd(ks, ds, repeats: int, budget_ms: float = 6000.0, method
     return rows
 
 
-def floor_passes(grads: torch.Tensor, calls: int = 5) -> dict:
-    """Median ms of MKL's plain ``J @ J.T`` and of ``w @ J`` on this matrix (after one warm-up):
-    every Gramian method of either library makes these two passes, so where they are most of
-    TorchJD's call (large D and K) a ratio near 1.0 is the floor, not a slow K×K step."""
+def floor_passes(grads: torch.Tensor, budget_s: float = 0.2) -> dict:
+    """Median ms of MKL's plain ``J @ J.T`` and of ``w @ J`` on this matrix (after one warm-up;
+    5 to 400 calls, as many as fit in ``budget_s``: a 0.07 ms product read over 5 calls moved
+    by 2x): every Gramian method of either library makes these two passes, so where they are
+    most of TorchJD's call (large D and K) a ratio near 1.0 is the floor, not a slow K×K step."""
     w = torch.full((grads.shape[0],), 1.0 / grads.shape[0])
     out = {}
     for key, fn in (("gemm_ms", lambda: grads @ grads.T), ("wj_ms", lambda: w @ grads)):
         fn()
+        t0 = time.perf_counter()
+        fn()
+        calls = int(min(400, max(5, budget_s / max(time.perf_counter() - t0, 1e-7))))
         times = []
         for _ in range(calls):
             t0 = time.perf_counter()
