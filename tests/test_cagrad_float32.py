@@ -225,11 +225,12 @@ def test_a_mean_gradient_small_against_its_rows_keeps_the_direction_in_the_ball(
         assert float((rows @ d).min()) >= float((rows @ g0).min()) - 1e-6  # no worse than the mean
 
 
+@pytest.mark.parametrize("c", [1.0, 1.5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("route", ["cpu", "branch_free"])
-def test_a_batch_of_stationary_problems_is_certified_member_by_member(route, dtype, monkeypatch):
-    """A [B, K, K] batch mixing Pareto-stationary Gramians (optimum 0 for c ≥ 1, certified only
-    by the duality gap) with ordinary ones, on the CPU and on the branch-free route a GPU takes
+def test_a_batch_of_stationary_problems_is_certified_member_by_member(route, dtype, c, monkeypatch):
+    """A [B, K, K] batch mixing Pareto-stationary Gramians (optimum 0 for c ≥ 1, found by the
+    min-norm candidate and certified only by the duality gap; c = 1 is the edge) with ordinary ones, on the CPU and on the branch-free route a GPU takes
     (no active-set steps there: the certificate decides): every member's weights and
     ``converged`` flag are those of its solve alone, and every stationary member is certified.
     The certificate's reductions run over each member's own K rows."""
@@ -238,7 +239,7 @@ def test_a_batch_of_stationary_problems_is_certified_member_by_member(route, dty
     if route == "branch_free":
         monkeypatch.setattr(cagrad_module, "reads_are_free", lambda t: False)
     gen = torch.Generator().manual_seed(7)
-    k, c = 12, 2.0
+    k = 12
     jacobians = [randomly_spread(gen, k, 64, rank, 0.0, stationary=stationary)
                  for rank in (2, 6, 12) for stationary in (True, False)]
     grams = torch.stack([gramian(j.to(dtype)) for j in jacobians])
@@ -255,3 +256,16 @@ def test_a_batch_of_stationary_problems_is_certified_member_by_member(route, dty
         assert float((d_i - weights_i @ jacobians[i].to(weights)).norm()) <= (1e-3 if dtype == torch.float32 else 1e-6) * scale
     if (route, dtype) != ("branch_free", torch.float32):
         assert bool(converged[0::2].all())  # the stationary members: certified
+
+
+def test_the_branch_free_route_reaches_the_primal_optimum_or_says_it_did_not(monkeypatch):
+    """The route a GPU takes (no host reads: no active-set steps, FISTA's answer plus the
+    support solve, the min-norm candidate and the certificate decide). Seed 0, K = 12 and 16:
+    every direction reported converged is within DEFICIT of cvxpy's t*, and in the ball.
+    FISTA's 100 iterations do not always close the gap there: measured over seeds 0-3, 13-20
+    of the 132 float32 solves and 12-15 float64 ones say so (the CPU route: none); bound 30.
+    Worst deficit of a converged one: 7.3e-4 (float32), 4.3e-9 (float64)."""
+    monkeypatch.setattr(cagrad_module, "reads_are_free", lambda t: False)
+    out = _check_against_cvxpy([0], ks=(12, 16))
+    assert out["total"] == 2 * 132
+    assert all(n <= 30 for n in out["not_converged"].values()), out
