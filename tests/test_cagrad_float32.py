@@ -273,3 +273,43 @@ def test_the_branch_free_route_reaches_the_primal_optimum_or_says_it_did_not(mon
     out = _check_against_cvxpy([0], ks=(12, 16))
     assert out["total"] == 2 * 132
     assert all(n <= 30 for n in out["not_converged"].values()), out
+
+
+def test_small_problems_on_the_branch_free_route_are_exact_and_say_so(monkeypatch):
+    """K ≤ EXACT_MAX_K without a warm start on the route a GPU takes: what the active-set start
+    leaves is enumerated, so every solve is exact and converged (FISTA is not run) and gives
+    the CPU route's worst-task gain; the documented defaults of the solver (max_iter 100, tol 1e-10)."""
+    import inspect
+
+    from morl.aggregators.cagrad import EXACT_MAX_K, cagrad_dual_solve
+
+    params = inspect.signature(cagrad_dual_solve).parameters
+    assert (params["max_iter"].default, params["tol"].default) == (100, 1e-10)
+    gen = torch.Generator().manual_seed(4)
+    # the defaults as they act: K = 16 rows with norms over 1e6 on the branch-free route, where
+    # FISTA runs its whole budget (a 101st step moves w), give what max_iter=100, tol=1e-10 give
+    with monkeypatch.context() as m:
+        m.setattr(cagrad_module, "reads_are_free", lambda t: False)
+        for _ in range(3):
+            j = randomly_spread(gen, 16, 48, 16, 6.0, False)
+            g = j @ j.T
+            g = g / g.diagonal().max()
+            default, explicit = cagrad_dual_solve(g, 0.5), cagrad_dual_solve(g, 0.5, max_iter=100, tol=1e-10)
+            assert all(torch.equal(a, b) for a, b in zip(default, explicit))
+            assert all(torch.equal(a, b) for a, b in zip(cagrad_module.cagrad_dual_weights(g, 0.5), default[:2]))
+    gen = torch.Generator().manual_seed(3)
+    grams = []
+    for k in (3, 6, EXACT_MAX_K):
+        for rank in (2, k):
+            for spread, stationary in ((0.0, False), (3.0, False), (0.0, True), (6.0, True)):
+                j = randomly_spread(gen, k, 48, rank, spread, stationary)
+                g = j @ j.T
+                grams.append(g / g.diagonal().max())
+    cpu = [cagrad_dual_solve(g, c) for g in grams for c in (0.5, 0.9)]
+    monkeypatch.setattr(cagrad_module, "reads_are_free", lambda t: False)
+    for (weights, _, converged), (g, c) in zip(cpu, [(g, c) for g in grams for c in (0.5, 0.9)]):
+        weights_bf, _, converged_bf = cagrad_dual_solve(g, c)
+        assert bool(converged) and bool(converged_bf), (g.shape[-1], c)
+        # the same worst-task gain min_i g_i·d = min_i (G weights)_i (weights are not unique
+        # where G is singular)
+        assert abs(float((g @ weights_bf).min() - (g @ weights).min())) <= 1e-9, (g.shape[-1], c)
