@@ -229,7 +229,7 @@ def test_a_mean_gradient_small_against_its_rows_keeps_the_direction_in_the_ball(
         assert float((rows @ d).min()) >= float((rows @ g0).min()) - 1e-6  # no worse than the mean
 
 
-@pytest.mark.parametrize("c", [1.0, 1.5])
+@pytest.mark.parametrize("c", [1.0, 1.5, 2.0])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("route", ["cpu", "branch_free"])
 def test_a_batch_of_stationary_problems_is_certified_member_by_member(route, dtype, c, monkeypatch):
