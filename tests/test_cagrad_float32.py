@@ -313,3 +313,25 @@ def test_small_problems_on_the_branch_free_route_are_exact_and_say_so(monkeypatc
         # the same worst-task gain min_i g_i·d = min_i (G weights)_i (weights are not unique
         # where G is singular)
         assert abs(float((g @ weights_bf).min() - (g @ weights).min())) <= 1e-9, (g.shape[-1], c)
+
+
+def test_warm_started_small_solves_end_exact_on_the_cpu():
+    """A warm start (``init``) skips the active-set start and runs FISTA (here 40 steps, as a
+    second call of a warm-started CAGrad might); on the CPU the active-set steps after it
+    (K + 10 rounds) then end on the exact optimum: converged, with the cold solve's worst-task
+    gain min_i (G weights)_i to 1e-9, for K = 3, 5, 8 problems of every rank and spread."""
+    from morl.aggregators.cagrad import cagrad_dual_solve
+
+    gen = torch.Generator().manual_seed(11)
+    for k in (3, 5, 8):
+        for rank in sorted({2, k}):
+            for spread, stationary in ((0.0, False), (3.0, False), (3.0, True)):
+                j = randomly_spread(gen, k, 48, rank, spread, stationary)
+                g = j @ j.T
+                g = g / g.diagonal().max()
+                for c in (0.2, 0.9):
+                    cold, _, _ = cagrad_dual_solve(g, c)
+                    init = torch.rand(k, generator=gen, dtype=torch.float64)
+                    warm, _, converged = cagrad_dual_solve(g, c, max_iter=40, init=init / init.sum())
+                    assert bool(converged), (k, rank, spread, stationary, c)
+                    assert abs(float((g @ warm).min() - (g @ cold).min())) <= 1e-9, (k, rank, spread, stationary, c)
