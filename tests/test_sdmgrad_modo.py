@@ -15,6 +15,7 @@ import torchjd.aggregation as tj
 
 from morl.aggregators import build
 from morl.solvers.min_norm import min_norm
+from simplex_reference import proj_simplex_np
 
 
 def _jacobian(seed, k, d=None, shared=0.3, scale=1.0):
@@ -22,15 +23,6 @@ def _jacobian(seed, k, d=None, shared=0.3, scale=1.0):
     d = d or 2 * k + 3
     j = torch.randn(k, d, generator=gen, dtype=torch.float64) + shared * torch.randn(1, d, generator=gen, dtype=torch.float64)
     return j * scale
-
-
-def proj_simplex_np(v):
-    """Duchi et al.'s sort projection (the SDMGrad repository's euclidean_proj_simplex)."""
-    u = np.sort(v)[::-1]
-    css = np.cumsum(u)
-    rho = np.nonzero(u * np.arange(1, len(v) + 1) > (css - 1))[0][-1]
-    theta = (css[rho] - 1) / (rho + 1.0)
-    return np.maximum(v - theta, 0)
 
 
 # -- SDMGrad --------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import quadprog
 import torch
 
 from morl.solvers.simplex_descent import fw_gap, minimize_on_simplex
+from simplex_reference import proj_simplex_np
 
 K = 40
 
@@ -85,21 +86,14 @@ def test_batched_entries_are_independent_and_report_their_own_convergence():
 # (tol < 0, iterations too few to stall twice) so every iteration is a step.
 
 
-def duchi_projection(v: np.ndarray) -> np.ndarray:
-    u = np.sort(v)[::-1]
-    css = np.cumsum(u) - 1.0
-    rho = np.nonzero(u - css / np.arange(1, len(v) + 1) > 0)[0][-1]
-    return np.maximum(v - css[rho] / (rho + 1), 0.0)
-
-
 def fista_transcription(gram, c, x0, step0, iters):
     f = lambda x: 0.5 * x @ gram @ x + c @ x  # noqa: E731
     grad = lambda x: gram @ x + c  # noqa: E731
-    x = duchi_projection(x0)
+    x = proj_simplex_np(x0)
     y, t, eta = x.copy(), 1.0, step0
     events = {"rejected": 0, "rejected with momentum": 0, "restarted": 0, "momentum": 0}
     for _ in range(iters):
-        z = duchi_projection(y - eta * grad(y))
+        z = proj_simplex_np(y - eta * grad(y))
         model = f(y) + grad(y) @ (z - y) + (z - y) @ (z - y) / (2 * eta)
         if f(z) > model + 1e-13 * abs(f(y)):
             eta, events["rejected"] = 0.5 * eta, events["rejected"] + 1
