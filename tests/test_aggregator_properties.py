@@ -377,17 +377,20 @@ def test_non_finite_output_follows_the_policy():
 
 def test_not_converged_counter_counts_solves_stopped_early(gen, monkeypatch):
     """The iterative CAGrad dual (K > 10) stopped after one step cannot reach a 1e-15 gap on a
-    spread matrix; a generous budget does. The counter is an int64 device tensor (no sync). On
-    CPU the active-set steps (they read flags) then solve these exactly even after one FISTA
-    step; the starved count is taken on the branch-free route a GPU takes."""
+    spread matrix; a generous budget does. The counter is an int64 device tensor (no sync). The
+    active-set steps solve these exactly even after one FISTA step (on the CPU and on the
+    branch-free route a GPU takes); the starved count is taken with them switched off, so that
+    FISTA's answer alone decides."""
     import morl.aggregators.cagrad as cagrad_module
 
     mats = [controlled(gen, 30, 40, 8, spread=3.0) for _ in range(3)]
-    exact = build("cagrad", max_iter=1, tol=1e-15)
-    for j in mats:
-        exact(j)
-    assert exact.stats["not_converged"].item() == 0
-    monkeypatch.setattr(cagrad_module, "reads_are_free", lambda t: False)
+    for free in (True, False):
+        monkeypatch.setattr(cagrad_module, "reads_are_free", lambda t, free=free: free)
+        exact = build("cagrad", max_iter=1, tol=1e-15)
+        for j in mats:
+            exact(j)
+        assert exact.stats["not_converged"].item() == 0, free
+    monkeypatch.setattr(cagrad_module, "_active_set_steps", lambda g, b, r, w, tol, rounds: (w, torch.zeros_like(w[..., 0], dtype=torch.bool)))
     starved = build("cagrad", max_iter=1, tol=1e-15)
     for j in mats:
         starved(j)

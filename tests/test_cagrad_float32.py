@@ -262,17 +262,17 @@ def test_a_batch_of_stationary_problems_is_certified_member_by_member(route, dty
         assert bool(converged[0::2].all())  # the stationary members: certified
 
 
-def test_the_branch_free_route_reaches_the_primal_optimum_or_says_it_did_not(monkeypatch):
-    """The route a GPU takes (no host reads: no active-set steps, FISTA's answer plus the
-    support solve, the min-norm candidate and the certificate decide). Seed 0, K = 12 and 16:
-    every direction reported converged is within DEFICIT of cvxpy's t*, and in the ball.
-    FISTA's 100 iterations do not always close the gap there: measured over seeds 0-3, 13-20
-    of the 132 float32 solves and 12-15 float64 ones say so (the CPU route: none); bound 30.
-    Worst deficit of a converged one: 7.3e-4 (float32), 4.3e-9 (float64)."""
+def test_the_branch_free_route_reaches_the_primal_optimum_and_says_so(monkeypatch):
+    """The route a GPU takes (no host reads: every round of the start and of the active-set
+    steps runs, with no early exit). Seed 0, K = 12 and 16: every direction reported converged
+    is within DEFICIT of cvxpy's t*, and in the ball, and almost all are. Measured over seeds
+    0-9 (1320 solves per dtype): 3 float32 solves say they did not converge, at most 1 per
+    seed, no float64 one; bound 3 per seed and dtype. Before the rounds ran off the CPU
+    (FISTA's answer alone), 13-20 of 132 per seed did."""
     monkeypatch.setattr(cagrad_module, "reads_are_free", lambda t: False)
     out = _check_against_cvxpy([0], ks=(12, 16))
     assert out["total"] == 2 * 132
-    assert all(n <= 30 for n in out["not_converged"].values()), out
+    assert all(n <= 3 for n in out["not_converged"].values()), out
 
 
 def test_small_problems_on_the_branch_free_route_are_exact_and_say_so(monkeypatch):

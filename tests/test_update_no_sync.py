@@ -167,6 +167,15 @@ def test_mt10_sized_update_moves_nothing(name, device):
 
 
 @pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_iterative_cagrad_update_moves_nothing(device):
+    # K = 12: CAGrad's iterative path (the looped start, active-set steps, FISTA, the support
+    # solve, active-set steps again), whose rounds all run off the CPU
+    agent = _agent("cagrad", {}, device, tasks=12)
+    before = [p.detach().clone() for p in agent.actor.parameters()]
+    _check_ran(agent, _updates(agent, device), device, before)
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
 @pytest.mark.parametrize("name", ["mean", "pcgrad", "upgrad", "moco"])
 def test_trunk_aggregation_moves_nothing(name, device):
     # aggregate="actor_trunk" with per-task heads: the column split and the heads' mean gradient
