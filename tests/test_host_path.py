@@ -13,6 +13,9 @@ bound 1e-12.
 """
 
 import importlib
+import math
+import random
+from fractions import Fraction
 
 import pytest
 import torch
@@ -102,3 +105,54 @@ def test_gradvac_state_and_draws_follow_the_torch_path(dtype, monkeypatch):
         torch.testing.assert_close(host.weights, ref.weights, rtol=1e-12, atol=0)
         torch.testing.assert_close(host.targets, ref.targets, rtol=1e-12, atol=1e-300)
     assert torch.equal(host._generator_for(torch.device("cpu")).get_state(), ref._generator_for(torch.device("cpu")).get_state())
+
+
+def _random_2x2(rng: random.Random, kind: int) -> tuple[float, float, float]:
+    """A 2×2 Gramian [[a, b], [b, c]] of two rows in R³: independent, nearly colinear (angle
+    1e-8..1), norms 1e-6..1e6 apart, or exactly (anti)colinear."""
+    x = [rng.gauss(0, 1) for _ in range(3)]
+    y = [rng.gauss(0, 1) for _ in range(3)]
+    if kind == 1:
+        y = [xi + yi * 10 ** rng.uniform(-8, 0) for xi, yi in zip(x, y)]
+    elif kind == 2:
+        y = [yi * 10 ** rng.uniform(-6, 6) for yi in y]
+    elif kind == 3:
+        y = [rng.choice((-2.0, 0.5, 3.0)) * xi for xi in x]
+    return sum(v * v for v in x), sum(p * q for p, q in zip(x, y)), sum(v * v for v in y)
+
+
+def test_the_closed_form_2x2_eigendecomposition_is_lapacks():
+    """K = 2 eigenpairs in Python floats (_host.eigh_2x2) against LAPACK's (torch.linalg.eigh)
+    and, for the smaller eigenvalue, against exact rational arithmetic: det/λ_max with the
+    determinant of the float entries taken in Fractions (LAPACK is accurate to ε λ_max only,
+    which hides a nearly singular G's λ_min). 4000 matrices of four kinds. Measured over seeds
+    0-9 (40000 matrices): eigenvalues within 3.5e-16 λ_max of LAPACK's, residuals ‖Gv − λv‖ and
+    |‖v‖ − 1| ≤ 3.8e-16; λ_min within 2 ulps of the rational value; bounds 2e-15 and 8 ulps."""
+    rng = random.Random(2)
+    for i in range(4000):
+        a, b, c = _random_2x2(rng, i % 4)
+        lam, vecs = _host.eigh_2x2(a, b, c)
+        g = torch.tensor([[a, b], [b, c]], dtype=torch.float64)
+        ref = torch.linalg.eigh(g).eigenvalues
+        top = float(ref.abs().max())
+        assert lam[0] <= lam[1]
+        assert max(abs(lam[j] - float(ref[j])) for j in range(2)) <= 2e-15 * top, (a, b, c, lam, ref)
+        for j in range(2):
+            v = torch.tensor(vecs[j], dtype=torch.float64)
+            assert float((g @ v - lam[j] * v).norm()) <= 2e-15 * top
+            assert abs(float(v.norm()) - 1.0) <= 2e-15
+        exact_det = Fraction(a) * Fraction(c) - Fraction(b) ** 2
+        small = float(exact_det / Fraction(lam[1]))
+        assert abs(lam[0] - small) <= 8 * math.ulp(small) + 1e-300, (a, b, c, lam[0], small)
+
+
+def test_the_closed_form_2x2_handles_multiples_of_the_identity_and_zero():
+    """r = 0 (a = c, b = 0): both eigenvalues a, any orthonormal basis; zero and rank-1 rows:
+    λ_min exactly 0 where the determinant of the entries is exactly 0."""
+    assert _host.eigh_2x2(0.0, 0.0, 0.0) == ([0.0, 0.0], [[1.0, 0.0], [0.0, 1.0]])
+    assert _host.eigh_2x2(3.0, 0.0, 3.0)[0] == [3.0, 3.0]
+    lam, vecs = _host.eigh_2x2(1.0, 2.0, 4.0)  # rows x and 2x, |x| = 1
+    assert lam == [0.0, 5.0]
+    assert abs(vecs[1][0] * 2.0 - vecs[1][1]) <= 1e-15 and abs(vecs[0][0] + 2.0 * vecs[0][1]) <= 1e-15
+    lam, _ = _host.eigh_2x2(2.0, 0.0, 1.0)  # diagonal, a > c: λ ascending
+    assert lam == [1.0, 2.0]

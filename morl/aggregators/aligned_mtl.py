@@ -53,11 +53,11 @@ def _scale(kept: torch.Tensor, keep: torch.Tensor, mode: str) -> torch.Tensor:
     return torch.where(rank > 0, out, torch.ones_like(out))
 
 
-def _aligned_host(gram: torch.Tensor, w: list[float], scale_mode: str) -> list[float]:
+def _aligned_host(gram: torch.Tensor, rows: list[list[float]], w: list[float], scale_mode: str) -> list[float]:
     """B w (:func:`balance_transformation`) for one small CPU Gramian: one eigh, the rest in
     Python floats: B w = sqrt(λ_scale) Σ_j v_j (v_jᵀw) / sqrt(λ_j) over the kept λ_j."""
     k = len(w)
-    lam, vecs = eigh_lists(gram)
+    lam, vecs = eigh_lists(gram, rows)
     cut = max(lam[-1], 0.0) * k * eps(gram.dtype)
     kept = [j for j in range(k) if lam[j] > cut]  # ascending, as eigh returns them
     if not kept:
@@ -90,8 +90,9 @@ class AlignedMTL(PreferenceVector, GramianAggregator):
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         w = self._preference(gram.shape[-1], gram, None)
-        if gramian_rows(gram) is not None:  # one small CPU Gramian: in Python floats
-            return weights_tensor(_aligned_host(gram, as_list(w), self.scale_mode), gram)
+        rows = gramian_rows(gram)
+        if rows is not None:  # one small CPU Gramian: in Python floats
+            return weights_tensor(_aligned_host(gram, rows, as_list(w), self.scale_mode), gram)
         w = w.to(torch.float64)
         return (balance_transformation(gram, self.scale_mode) @ w.unsqueeze(-1)).squeeze(-1).to(gram.dtype)
 

@@ -43,7 +43,7 @@ def _imtl_g_host(gram: torch.Tensor, rows: list[list[float]]) -> list[float]:
     """:func:`imtl_g_weights` for one small CPU Gramian: one eigh, the rest in Python floats
     (G⁺n = Σ_j v_j (v_jᵀn) / λ_j over the eigenvalues pinv keeps, |λ_j| > K ε max|λ|)."""
     k = len(rows)
-    lam, vecs = eigh_lists(gram)
+    lam, vecs = eigh_lists(gram, rows)
     norms = [math.sqrt(max(rows[i][i], 0.0)) for i in range(k)]
     cut = k * eps(gram.dtype) * max(map(abs, lam))
     v = [0.0] * k
