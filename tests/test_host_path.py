@@ -74,6 +74,7 @@ def test_python_path_is_taken_only_where_reading_is_free():
     """Lists only for one finite K ≤ 16 CPU Gramian without autograd."""
     g = torch.eye(3)
     assert _host.gramian_rows(g) == [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    assert _host.gramian_rows(torch.eye(_host.HOST_MAX_K)) is not None
     assert _host.gramian_rows(torch.eye(_host.HOST_MAX_K + 1)) is None
     assert _host.gramian_rows(torch.stack([g, g])) is None
     assert _host.gramian_rows(g.clone().requires_grad_()) is None
@@ -156,3 +157,29 @@ def test_the_closed_form_2x2_handles_multiples_of_the_identity_and_zero():
     assert abs(vecs[1][0] * 2.0 - vecs[1][1]) <= 1e-15 and abs(vecs[0][0] + 2.0 * vecs[0][1]) <= 1e-15
     lam, _ = _host.eigh_2x2(2.0, 0.0, 1.0)  # diagonal, a > c: λ ascending
     assert lam == [1.0, 2.0]
+
+
+def test_the_two_product_is_exact():
+    """Dekker's two-product: x·y == prod + err exactly, in rational arithmetic, for 20000 pairs
+    with magnitudes 2^-60..1 (the determinant's products, entries scaled to ≤ 1)."""
+    rng = random.Random(5)
+    for _ in range(20000):
+        x = rng.uniform(-1, 1) * 2.0 ** -rng.randint(0, 60)
+        y = rng.uniform(-1, 1) * 2.0 ** -rng.randint(0, 60)
+        prod, err = _host._two_product(x, y)
+        assert prod == x * y
+        assert Fraction(x) * Fraction(y) == Fraction(prod) + Fraction(err), (x, y)
+
+
+@pytest.mark.parametrize("exponent", [-900, -300, 0, 300, 900])
+def test_the_closed_form_2x2_is_exact_under_power_of_two_scaling(exponent):
+    """Scaled by 2^e (exact), the eigenvalues scale by 2^e exactly and the vectors do not move,
+    from Gramians near underflow to near overflow: the entries are rescaled inside, so no product
+    over- or underflows (a = c = 2^900 · 1e12 would make a·c = inf without that)."""
+    rng = random.Random(exponent)
+    s = 2.0**exponent
+    for i in range(400):
+        a, b, c = _random_2x2(rng, i % 4)
+        lam, vecs = _host.eigh_2x2(a, b, c)
+        lam_s, vecs_s = _host.eigh_2x2(a * s, b * s, c * s)
+        assert lam_s == [x * s for x in lam] and vecs_s == vecs, (a, b, c)

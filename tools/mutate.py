@@ -105,6 +105,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [*_AGGREGATOR_TESTS, "tests/test_projection_methods.py", "tests/test_projection_batched.py",
          "tests/test_host_path.py", "tests/test_forward_fast_path.py", "-k", "imtl or aligned or config"],
     ),
+    # session 13: the Python-float path of small CPU Gramians (its K = 2 eigendecomposition),
+    # against its own tests: each helper is checked there against LAPACK, exact rational
+    # arithmetic or the methods' torch paths
+    "morl/aggregators/_host.py": (["morl/aggregators/_host.py"], ["tests/test_host_path.py"]),
     "morl/aggregators/krum.py": (  # robust aggregation for federated learning
         [f"morl/aggregators/{name}.py" for name in ("krum", "trimmed_mean")],
         [*_AGGREGATOR_TESTS, "tests/test_robust_aggregators.py", "tests/test_host_path.py",

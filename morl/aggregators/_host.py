@@ -45,17 +45,24 @@ def eigh_lists(gram: torch.Tensor, rows: list[list[float]]) -> tuple[list[float]
 
 
 def eigh_2x2(a: float, b: float, c: float) -> tuple[list[float], list[list[float]]]:
-    """:func:`eigh_lists` of [[a, b], [b, c]] by one Jacobi rotation (Golub & Van Loan, Alg.
-    8.5.1 in angle form): λ = m ± r with m = (a + c)/2, r = hypot((a − c)/2, b); the larger
-    eigenvector (cos θ, sin θ) with (cos 2θ, sin 2θ) = ((a − c)/2, b)/r, its half-angle taken
-    from whichever of 1 ± cos 2θ does not cancel. The smaller eigenvalue is det/λ_max with the
-    determinant's products split exactly (Dekker's two-product): m − r would lose it to
-    cancellation (relative accuracy instead of ~ε λ_max, so the rank cut K ε λ_max of the
-    callers sees the rows' own rank, not rounding)."""
+    """:func:`eigh_lists` of the positive semi-definite [[a, b], [b, c]] (a Gramian: a, c ≥ 0) by
+    one Jacobi rotation (Golub & Van Loan, Alg. 8.5.1 in angle form): λ = m ± r with
+    m = (a + c)/2, r = hypot((a − c)/2, b); the larger eigenvector (cos θ, sin θ) with
+    (cos 2θ, sin 2θ) = ((a − c)/2, b)/r, its half-angle taken from whichever of 1 ± cos 2θ does
+    not cancel. The smaller eigenvalue is det/λ_max with the determinant's products split
+    exactly (Dekker's two-product): m − r would lose it to cancellation (relative accuracy
+    instead of ~ε λ_max, so the rank cut K ε λ_max of the callers sees the rows' own rank, not
+    rounding). The entries are first scaled by a power of 2 (exact) to at most 1, so no product
+    over- or underflows for any finite Gramian."""
+    top = max(a, abs(b), c)
+    if not top > 0.0:  # zero (or NaN, which callers never pass: gramian_rows refuses it)
+        return [a, c], [[1.0, 0.0], [0.0, 1.0]]
+    scale = math.ldexp(1.0, math.frexp(top)[1])  # 2^e ≥ top
+    a, b, c = a / scale, b / scale, c / scale
     h, r = 0.5 * (a - c), math.hypot(0.5 * (a - c), b)
     if r == 0.0:  # a multiple of the identity: any basis
-        return [a, c], [[1.0, 0.0], [0.0, 1.0]]
-    big = 0.5 * (a + c) + r if a + c >= 0 else 0.5 * (a + c) - r  # the eigenvalue of larger |λ|
+        return [a * scale, c * scale], [[1.0, 0.0], [0.0, 1.0]]
+    big = 0.5 * (a + c) + r
     small = _det_2x2(a, b, c) / big
     cos2, sin2 = h / r, b / r
     if cos2 >= 0.0:
@@ -64,10 +71,7 @@ def eigh_2x2(a: float, b: float, c: float) -> tuple[list[float], list[list[float
     else:
         sn = math.copysign(math.sqrt(0.5 * (1.0 - cos2)), sin2)
         cs = sin2 / (2.0 * sn)
-    v_plus, v_minus = [cs, sn], [-sn, cs]  # for m + r and m − r
-    plus_is_big = a + c >= 0
-    lam_plus, lam_minus = (big, small) if plus_is_big else (small, big)
-    return [lam_minus, lam_plus], [v_minus, v_plus]
+    return [small * scale, big * scale], [[-sn, cs], [cs, sn]]
 
 
 def _det_2x2(a: float, b: float, c: float) -> float:
@@ -79,10 +83,9 @@ def _det_2x2(a: float, b: float, c: float) -> float:
 
 
 def _two_product(x: float, y: float) -> tuple[float, float]:
-    """(x·y rounded, its exact rounding error), by Veltkamp's splitting into 26-bit halves."""
+    """(x·y rounded, its exact rounding error), by Veltkamp's splitting into 26-bit halves
+    (|x|, |y| ≤ 1 here: the split's 2^27 x cannot overflow)."""
     prod = x * y
-    if not math.isfinite(prod) or abs(x) > 1e290 or abs(y) > 1e290:  # the split would overflow
-        return prod, 0.0
     x_hi, x_lo = _split(x)
     y_hi, y_lo = _split(y)
     return prod, ((x_hi * y_hi - prod) + x_hi * y_lo + x_lo * y_hi) + x_lo * y_lo
