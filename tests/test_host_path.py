@@ -151,7 +151,7 @@ def test_the_closed_form_2x2_handles_multiples_of_the_identity_and_zero():
     """r = 0 (a = c, b = 0): both eigenvalues a, any orthonormal basis; zero and rank-1 rows:
     λ_min exactly 0 where the determinant of the entries is exactly 0."""
     assert _host.eigh_2x2(0.0, 0.0, 0.0) == ([0.0, 0.0], [[1.0, 0.0], [0.0, 1.0]])
-    assert _host.eigh_2x2(3.0, 0.0, 3.0)[0] == [3.0, 3.0]
+    assert _host.eigh_2x2(3.0, 0.0, 3.0) == ([3.0, 3.0], [[1.0, 0.0], [0.0, 1.0]])
     lam, vecs = _host.eigh_2x2(1.0, 2.0, 4.0)  # rows x and 2x, |x| = 1
     assert lam == [0.0, 5.0]
     assert abs(vecs[1][0] * 2.0 - vecs[1][1]) <= 1e-15 and abs(vecs[0][0] + 2.0 * vecs[0][1]) <= 1e-15
