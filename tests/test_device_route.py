@@ -98,3 +98,14 @@ def test_the_branch_free_route_gives_the_cpu_routes_direction(name, opts, monkey
     for dtype, tol in TOL.items():
         assert out["worst"][dtype] <= tol, (name, out)
         assert out["unconverged"][dtype] <= UNCONVERGED, (name, out)
+
+
+def test_every_module_that_asks_is_switched():
+    """ROUTE_MODULES is every module of the package that calls reads_are_free (a module added
+    later would otherwise keep its CPU route in the comparison above)."""
+    from pathlib import Path
+
+    root = Path(morl.__file__).resolve().parent
+    asking = {".".join(("morl", *p.relative_to(root).with_suffix("").parts))
+              for p in root.rglob("*.py") if "reads_are_free(" in p.read_text() and p.name != "host_reads.py"}
+    assert asking == set(ROUTE_MODULES)
