@@ -106,11 +106,16 @@ def test_zdt1_most_e_moves_to_the_front():
     assert _zdt_most_e("zdt1", 150) >= 4.5
 
 
+# Whether MosT-E reaches the paper's 5.80 on average depends on the CPU: sign steps turn rounding
+# into different trajectories. Best HV for x0 seeds 0..9 and 27, float64, the same lock file:
+#   AMD EPYC (Zen 4):  4.65 5.84 5.61 5.35 5.11 5.67 5.87 5.00 5.67 5.72 5.87  (mean 5.49)
+#   Intel Xeon:        5.87 5.78 5.76 5.82 5.82 5.83 5.85 5.82 5.69 5.78 5.75  (mean 5.80)
+# (each machine identical under ATEN_CPU_CAPABILITY=default). Until session 13 this was a strict
+# xfail on the AMD numbers, which XPASSed on the Xeon. Asserted: what holds on both.
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="MosT-E reaches the paper's 5.80 from 3 of 11 starts; mean 5.49 (x0 seeds 0..9, 27)")
-def test_zdt1_most_e_reaches_paper_hypervolume_on_average():
-    most_e = [_zdt_most_e("zdt1", 150, seed) for seed in range(5)]
-    assert sum(most_e) / len(most_e) >= 5.80, most_e
+def test_zdt1_most_e_hypervolume_over_eleven_starts():
+    most_e = [_zdt_most_e("zdt1", 150, seed) for seed in [*range(10), 27]]
+    assert min(most_e) >= 4.5 and sum(most_e) / len(most_e) >= 5.3, most_e
 
 
 @pytest.mark.slow
