@@ -230,7 +230,8 @@ def test_the_duality_gap_certifies_the_optimum_and_nothing_far_from_it(c):
 
 
 @pytest.mark.parametrize("c", [0.5, 0.9, 2.0])
-def test_fista_alone_reaches_the_optimum_where_the_active_set_steps_do_not_finish(c, monkeypatch):
+@pytest.mark.usefixtures("cagrad_steps_off")
+def test_fista_alone_reaches_the_optimum_where_the_active_set_steps_do_not_finish(c):
     """Where the active-set steps do not finish (they can cycle on rank-deficient Gramians), the
     answer is FISTA's on the dual, then the exact solve on its support and, for c ≥ 1, the
     min-norm candidate. With the steps switched off, that fallback alone must reach the exact
@@ -238,8 +239,6 @@ def test_fista_alone_reaches_the_optimum_where_the_active_set_steps_do_not_finis
     Gramians (full rank and rank 6, with and without a shared component). Measured over
     generator seeds 0-19 (240 solves): excess ≤ 3.3e-15 of the dual value's scale, all
     converged; bound 1e-9."""
-    import morl.aggregators.cagrad as cagrad_module
-
     gen = torch.Generator().manual_seed(12)
     grams = []
     for rank in (12, 6):
@@ -248,7 +247,6 @@ def test_fista_alone_reaches_the_optimum_where_the_active_set_steps_do_not_finis
             j = j + shift * torch.randn(1, 30, generator=gen, dtype=torch.float64)
             g = j @ j.T
             grams.append(g / g.diagonal().max())
-    monkeypatch.setattr(cagrad_module, "_active_set_steps", lambda g, b, r, w, tol, rounds: (w, torch.zeros_like(w[..., 0], dtype=torch.bool)))
     _, w_batch, converged_batch = cagrad_dual_solve(torch.stack(grams), c, max_iter=3000, tol=1e-12)  # also as one batch
     for i, gram in enumerate(grams):
         _, w_exact = cagrad_dual_exact(gram, c)
