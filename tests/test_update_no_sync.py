@@ -57,6 +57,7 @@ CPU_ONLY_READS = frozenset({
     ("morl/aggregators/base.py", "_output_finite"),  # ‖w‖₁ for the output bound
     ("morl/solvers/dual_cone.py", "project_with_free_set"),  # small problems solved in Python
     ("morl/solvers/dual_cone.py", "_start_list"),  # its warm start, as a list
+    ("morl/solvers/dual_cone_host.py", "pdas_batched"),  # ... K >= 6 with B > 1: batched rounds
     ("morl/aggregators/_host.py", "gramian_rows"),  # small CPU Gramians finished in Python floats
     ("morl/aggregators/_host.py", "eigh_lists"),
     ("morl/aggregators/_host.py", "as_list"),

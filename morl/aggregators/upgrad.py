@@ -55,7 +55,7 @@ class UPGrad(PreferenceVector, GramianAggregator):
             found = project_rows_host(rows, u_rows, ridge_for(gram.dtype), self.tol, start if isinstance(start, list) else None)
             if found is not None:
                 v, self.__dict__["_free_prev"] = found
-                return weights_tensor([sum(row[j] for row in v) for j in range(k)], gram)
+                return weights_tensor([sum(col) for col in zip(*v)], gram)
         u = torch.diag_embed(self._preference(k, gram, None))  # row i: p_i e_i
         start = start if isinstance(start, torch.Tensor) else None
         v, converged, free = project_with_free_set(gram, u, self.max_iter, self.tol, free_start=start)

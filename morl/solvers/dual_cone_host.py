@@ -14,7 +14,11 @@ the torch solvers take the whole problem.
 from __future__ import annotations
 
 import math
+from array import array
+from itertools import chain
 from operator import mul
+
+import torch
 
 from morl.solvers.min_norm import ZERO_ROW
 
@@ -29,6 +33,9 @@ HOST_MAX_K = 16
 HOST_MAX_WORK = 1000
 #: Relative feasibility slack of a free row, as :func:`morl.solvers.dual_cone.active_set_steps`.
 SLACK = 1e-12
+#: From this K on, B > 1 problems (UPGrad's K) run their rounds batched (:func:`pdas_batched`):
+#: Python eliminations cost ~K³/3 multiply-adds each, a batched torch round ~10 ops.
+BATCH_MIN_K = 6
 
 
 def equilibrated(gram: list[list[float]], ridge: float) -> tuple[list[list[float]], list[float]] | None:
@@ -39,9 +46,13 @@ def equilibrated(gram: list[list[float]], ridge: float) -> tuple[list[list[float
         return None
     top = max(gram[i][i] for i in range(k))
     s = top if top > _TINY_SQRT else 1.0
-    diag = [gram[i][i] / s for i in range(k)]
-    d = [math.sqrt(x) if x > ZERO_ROW else 1.0 for x in diag]
-    g_hat = [[gram[i][j] / s / (d[i] * d[j]) + (ridge if i == j else 0.0) for j in range(k)] for i in range(k)]
+    d = [math.sqrt(x) if x > ZERO_ROW else 1.0 for x in (gram[i][i] / s for i in range(k))]
+    # Ĝ_ij = G_ij r_i r_j with r_i = 1 / (d_i sqrt(s)): one product per entry, not two
+    # divisions (a third of a K = 10 DualProj call went here); the same values to a few ulps
+    r = [1.0 / (x * math.sqrt(s)) for x in d]
+    g_hat = [[x * ri * rj for x, rj in zip(row, r)] for row, ri in zip(gram, r)]
+    for i in range(k):
+        g_hat[i][i] += ridge
     return g_hat, d
 
 
@@ -95,12 +106,7 @@ def pdas_host(g_hat, c: list[float], free: list[bool], tol: float, rounds: int) 
         if y is None:
             return None
         mu = [sum(map(mul, row, y)) for row in g_hat]
-        quad = sum(map(mul, y, mu))
-        scale = max(cmax, math.sqrt(quad)) if quad > 0.0 else cmax
-        lim, low = SLACK * scale, -tol * scale
-        # the next free set: the free rows that are feasible, the active rows that want in;
-        # it equals the current one exactly when y satisfies the KKT conditions
-        nxt = [(yi >= ci - lim) if fi else (mi < low) for fi, yi, ci, mi in zip(free, y, c, mu)]
+        nxt = _next_free(free, y, c, mu, sum(map(mul, y, mu)), cmax, tol)
         if nxt == free:
             return [a if a > b else b for a, b in zip(y, c)], free
         free = nxt
@@ -117,14 +123,67 @@ def project_host(gram, u, ridge: float, tol: float, rounds: int, free_start=None
         return None
     g_hat, d = eq
     k = len(d)
-    out_v, out_free = [], []
-    for b, row in enumerate(u):
-        c = [row[i] * d[i] for i in range(k)]
-        start = free_start[b] if free_start is not None else [sum(map(mul, row, c)) < 0 for row in g_hat]  # Ĝ symmetric
-        found = pdas_host(g_hat, c, start, tol, rounds)
-        if found is None:
+    cs = [[row[i] * d[i] for i in range(k)] for row in u]
+    starts = free_start if free_start is not None else [[sum(map(mul, r, c)) < 0 for r in g_hat] for c in cs]  # Ĝ symmetric
+    if len(cs) > 1 and k >= BATCH_MIN_K:
+        found = pdas_batched(g_hat, cs, starts, tol, rounds)
+    else:
+        found = [pdas_host(g_hat, c, start, tol, rounds) for c, start in zip(cs, starts)]
+    if found is None or None in found:
+        return None
+    return [[zi / di for zi, di in zip(z, d)] for z, _ in found], [free for _, free in found]
+
+
+def pdas_batched(g_hat, cs: list[list[float]], starts: list[list[bool]], tol: float, rounds: int):
+    """:func:`pdas_host` for B problems sharing Ĝ, each round's B free-set solves as one
+    batched Cholesky solve (masked: identity rows where a row is active, so z_A = c_A
+    exactly). At K = 10, B = 10 the Python eliminations were 120 of a 300 µs UPGrad call; the
+    batched solve and its products are ~15 µs. The rule, the stopping test and the refusals
+    (a non-positive pivot: Ĝ_FF not positive definite) are :func:`pdas_host`'s. A list of
+    ``(max(z, c), free)`` or None."""
+    k = len(g_hat)
+    g = _tensor(g_hat, "d").view(k, k)
+    eye = torch.eye(k, dtype=torch.float64)
+    c_all = _tensor(cs, "d").view(-1, k)
+    out: list = [None] * len(cs)
+    todo, free = list(range(len(cs))), [list(f) for f in starts]
+    cmax = [max(map(abs, c)) for c in cs]
+    for _ in range(rounds):
+        c = c_all if len(todo) == len(cs) else c_all[todo]
+        f = _tensor([free[b] for b in todo], "b").view(-1, k)
+        rhs = torch.where(f, -(torch.where(f, 0.0, c) @ g), c)  # Ĝ_FF z_F = −Ĝ_FA c_A; z_A = c_A
+        chol, info = torch.linalg.cholesky_ex(torch.where(f.unsqueeze(-1) & f.unsqueeze(-2), g, eye))
+        if any(info.tolist()):
             return None
-        z, free = found
-        out_v.append([z[i] / d[i] for i in range(k)])
-        out_free.append(free)
-    return out_v, out_free
+        y = torch.cholesky_solve(rhs.unsqueeze(-1), chol).squeeze(-1)
+        mu = y @ g
+        left = []
+        for b, yb, mb, qb in zip(todo, y.tolist(), mu.tolist(), (y * mu).sum(-1).tolist()):
+            nxt = _next_free(free[b], yb, cs[b], mb, qb, cmax[b], tol)
+            if nxt == free[b]:
+                out[b] = ([a if a > x else x for a, x in zip(yb, cs[b])], free[b])
+            else:
+                free[b] = nxt
+                left.append(b)
+        if not left:
+            return out
+        todo = left
+    return None
+
+
+def _tensor(rows: list[list], code: str) -> torch.Tensor:
+    """The flattened nested list as a 1-D float64 ("d") or bool ("b") CPU tensor, through a C
+    array (torch.tensor converts element by element: 10 µs for 100 floats, this ~2)."""
+    flat = chain.from_iterable(rows)
+    if code == "b":
+        return torch.frombuffer(bytearray(flat), dtype=torch.bool)
+    return torch.frombuffer(array(code, flat), dtype=torch.float64)
+
+
+def _next_free(free: list[bool], y: list[float], c: list[float], mu: list[float], quad: float, cmax: float, tol: float) -> list[bool]:
+    """The primal-dual active-set rule: the free rows that are feasible, the active rows whose
+    multiplier is below −tol (both relative to the problem's scale); it equals ``free``
+    exactly when y satisfies the KKT conditions."""
+    scale = max(cmax, math.sqrt(quad)) if quad > 0.0 else cmax
+    lim, low = SLACK * scale, -tol * scale
+    return [(yi >= ci - lim) if fi else (mi < low) for fi, yi, ci, mi in zip(free, y, c, mu)]
