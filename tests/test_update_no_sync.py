@@ -60,6 +60,7 @@ CPU_ONLY_READS = frozenset({
     ("morl/solvers/dual_cone_host.py", "pdas_batched"),  # ... K >= 6 with B > 1: batched rounds
     ("morl/aggregators/_host.py", "gramian_rows"),  # small CPU Gramians finished in Python floats
     ("morl/aggregators/_host.py", "eigh_lists"),
+    ("morl/aggregators/_host.py", "inverse_lists"),
     ("morl/aggregators/_host.py", "as_list"),
     ("morl/aggregators/_host.py", "weights_tensor"),
     ("morl/solvers/alpha_fair.py", "alpha_fair_solve"),  # early exit of the Newton steps

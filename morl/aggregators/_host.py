@@ -45,6 +45,13 @@ def eigh_lists(gram: torch.Tensor, rows: list[list[float]]) -> tuple[list[float]
     return lam.tolist(), vec.mT.tolist()
 
 
+def inverse_lists(gram: torch.Tensor) -> list[list[float]] | None:
+    """G⁻¹ of a CPU Gramian as float64 rows, from its Cholesky factor; None when G is not
+    positive definite in float64 (callers decide whether the inverse is the one they need)."""
+    factor, info = torch.linalg.cholesky_ex(gram.to(torch.float64))
+    return None if info.item() else torch.cholesky_inverse(factor).tolist()
+
+
 def eigh_2x2(a: float, b: float, c: float) -> tuple[list[float], list[list[float]]]:
     """:func:`eigh_lists` of the positive semi-definite [[a, b], [b, c]] (a Gramian: a, c ≥ 0) by
     one Jacobi rotation (Golub & Van Loan, Alg. 8.5.1 in angle form): λ = m ± r with

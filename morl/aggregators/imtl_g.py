@@ -13,7 +13,7 @@ from operator import mul
 
 import torch
 
-from morl.aggregators._host import eigh_lists, eps, gramian_rows, weights_tensor
+from morl.aggregators._host import eigh_lists, eps, gramian_rows, inverse_lists, weights_tensor
 from morl.aggregators.base import GramianAggregator
 
 #: Σ_k (G⁺n)_k below this fraction of Σ_k |(G⁺n)_k| gives zero weights (no finite
@@ -40,21 +40,41 @@ def imtl_g_weights(gram: torch.Tensor) -> torch.Tensor:
 
 
 def _imtl_g_host(gram: torch.Tensor, rows: list[list[float]]) -> list[float]:
-    """:func:`imtl_g_weights` for one small CPU Gramian: one eigh, the rest in Python floats
-    (G⁺n = Σ_j v_j (v_jᵀn) / λ_j over the eigenvalues pinv keeps, |λ_j| > K ε max|λ|)."""
+    """:func:`imtl_g_weights` for one small CPU Gramian, in Python floats after one LAPACK call:
+    G⁻¹n from a Cholesky factor where that is certified to be pinv's G⁺n (:func:`_inverse_rows`),
+    else one eigh (G⁺n = Σ_j v_j (v_jᵀn) / λ_j over the eigenvalues pinv keeps,
+    |λ_j| > K ε max|λ|)."""
     k = len(rows)
-    lam, vecs = eigh_lists(gram, rows)
     norms = [math.sqrt(max(rows[i][i], 0.0)) for i in range(k)]
-    cut = k * eps(gram.dtype) * max(map(abs, lam))
-    v = [0.0] * k
-    for lam_j, e in zip(lam, vecs):
-        if abs(lam_j) > cut:
-            coef = sum(map(mul, e, norms)) / lam_j
-            v = [a + b * coef for a, b in zip(v, e)]
+    inverse = _inverse_rows(gram, rows) if k > 2 else None  # K = 2: eigh_2x2 is cheaper
+    if inverse is not None:
+        v = [sum(map(mul, row, norms)) for row in inverse]
+    else:
+        lam, vecs = eigh_lists(gram, rows)
+        cut = k * eps(gram.dtype) * max(map(abs, lam))
+        v = [0.0] * k
+        for lam_j, e in zip(lam, vecs):
+            if abs(lam_j) > cut:
+                coef = sum(map(mul, e, norms)) / lam_j
+                v = [a + b * coef for a, b in zip(v, e)]
     total = sum(v)
     if not abs(total) > _sum_guard(k, gram.dtype) * sum(abs(x) for x in v):
         return [0.0] * k
     return [x / total for x in v]
+
+
+def _inverse_rows(gram: torch.Tensor, rows: list[list[float]]) -> list[list[float]] | None:
+    """G⁻¹ (float64 rows) when pinv would keep every eigenvalue, else None. From the Cholesky
+    factor: 1/λ_min ≤ Σ_i 1/λ_i = tr G⁻¹ and λ_max ≤ tr G, so tr G · tr G⁻¹ < 1/(2K ε) proves
+    λ_min > 2 K ε λ_max, twice pinv's cut: G⁺ = G⁻¹ there, and the computed inverse is accurate
+    to ~K κ ε₆₄ ≤ 1e-9 of itself. At K = 10 this costs 15 µs against 25 for eigh and its lists;
+    a Gramian it declines (rank-deficient or κ ≳ 1/(2K ε)) costs ~8 µs more."""
+    k = len(rows)
+    inverse = inverse_lists(gram)
+    if inverse is None:  # not positive definite in float64: rank-deficient, pinv decides
+        return None
+    trace, trace_inv = sum(rows[i][i] for i in range(k)), sum(inverse[i][i] for i in range(k))
+    return inverse if 2.0 * k * eps(gram.dtype) * trace * trace_inv < 1.0 else None
 
 
 class IMTLG(GramianAggregator):
