@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from morl.host_reads import reads_are_free
@@ -38,14 +40,21 @@ def gramian_and_top(grads: torch.Tensor) -> tuple[torch.Tensor, float | None]:
     gram = _product(grads)
     if not reads_are_free(grads):
         return gram, None
-    top = float(torch.diagonal(gram, dim1=-2, dim2=-1).amax())  # free on CPU
-    info = torch.finfo(gram.dtype)
+    # Free on CPU. Read as a list (one op, 1 µs against 2.3 for amax and its float): Python's
+    # max skips NaN, so a NaN/inf diagonal entry is caught by the sum (NaN or inf then)
+    diag = gram.diagonal().tolist() if gram.dim() == 2 else torch.diagonal(gram, dim1=-2, dim2=-1).reshape(-1).tolist()
+    top = max(diag) if math.isfinite(sum(diag)) else math.nan
+    low, high = _RANGE[gram.dtype]
     # Finite and not subnormal: only the largest diagonal entry is read, |G_ij| ≤ sqrt(G_ii G_jj)
     # bounds the rest, and a NaN anywhere in G comes from a NaN/inf row, whose diagonal entry is
     # then NaN/inf too. An all-zero G also fails (the rows may have underflowed).
-    if info.tiny / info.eps <= top <= info.max:
+    if low <= top <= high:
         return gram, top if grads.dim() == 2 else None
     return _rescaled_gramian(grads, gram), None
+
+
+#: (tiny / eps, max) per dtype: the normal range gramian_and_top accepts (torch.finfo is ~1 µs)
+_RANGE = {dt: (torch.finfo(dt).tiny / torch.finfo(dt).eps, torch.finfo(dt).max) for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
 
 
 #: On CPU (MKL), ``J @ J.T`` for 6 ≤ K ≤ 10 rows runs at a fraction of the speed of K = 4 or
