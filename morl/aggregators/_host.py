@@ -110,6 +110,12 @@ def as_list(t: torch.Tensor) -> list:
     return t.tolist()
 
 
+def rounded(x: float, dtype: torch.dtype) -> float:
+    """``x`` rounded to ``dtype`` (as ``torch.tensor(x, dtype=dtype).item()``, without a tensor)."""
+    code = _ARRAY_CODE.get(dtype)
+    return array(code, (x,))[0] if code is not None else torch.tensor(x, dtype=dtype).item()
+
+
 def eps(dtype: torch.dtype) -> float:
     """Machine epsilon of ``dtype`` (``torch.finfo`` is ~1 µs a call; this is a lookup)."""
     return _EPS[dtype]

@@ -17,7 +17,7 @@ import torch
 
 from morl.aggregators._checks import check_choice
 from morl.aggregators._preference import PreferenceVector
-from morl.aggregators._host import as_list, eigh_lists, eps, gramian_rows, weights_tensor
+from morl.aggregators._host import eigh_lists, eps, gramian_rows, weights_tensor
 from morl.aggregators.base import GramianAggregator
 
 SCALE_MODES = ("min", "median", "rmse")
@@ -89,11 +89,10 @@ class AlignedMTL(PreferenceVector, GramianAggregator):
         self.scale_mode = scale_mode
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        w = self._preference(gram.shape[-1], gram, None)
         rows = gramian_rows(gram)
         if rows is not None:  # one small CPU Gramian: in Python floats
-            return weights_tensor(_aligned_host(gram, rows, as_list(w), self.scale_mode), gram)
-        w = w.to(torch.float64)
+            return weights_tensor(_aligned_host(gram, rows, self._preference_list(len(rows), gram), self.scale_mode), gram)
+        w = self._preference(gram.shape[-1], gram, None).to(torch.float64)
         return (balance_transformation(gram, self.scale_mode) @ w.unsqueeze(-1)).squeeze(-1).to(gram.dtype)
 
     def __repr__(self) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._checks import check_number
-from morl.aggregators._host import as_list, gramian_rows, weights_tensor
+from morl.aggregators._host import gramian_rows, weights_tensor
 from morl.aggregators._preference import PreferenceVector
 from morl.aggregators.base import GramianAggregator
 from morl.solvers.dual_cone import EXACT_MAX_K, project_rows_host, project_with_free_set, with_trace_ridge
@@ -44,7 +44,7 @@ class DualProj(PreferenceVector, GramianAggregator):
         start = self.__dict__.get("_free_prev")
         rows = gramian_rows(gram)
         if rows is not None:  # one small CPU Gramian: the QP in Python floats, if small enough
-            found = project_rows_host(rows, [as_list(self._preference(k, gram, None))], ridge_for(gram.dtype), self.tol,
+            found = project_rows_host(rows, [self._preference_list(k, gram)], ridge_for(gram.dtype), self.tol,
                                       start if isinstance(start, list) else None)
             if found is not None:
                 v, self.__dict__["_free_prev"] = found

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._checks import check_number
-from morl.aggregators._host import as_list, gramian_rows, weights_tensor
+from morl.aggregators._host import gramian_rows, weights_tensor
 from morl.aggregators._preference import PreferenceVector
 from morl.aggregators.base import GramianAggregator
 from morl.solvers.dual_cone import EXACT_MAX_K, project_rows_host, project_with_free_set, with_trace_ridge
@@ -50,8 +50,10 @@ class UPGrad(PreferenceVector, GramianAggregator):
         start = self.__dict__.get("_free_prev")
         rows = gramian_rows(gram)
         if rows is not None:  # one small CPU Gramian: the K QPs in Python floats, if small enough
-            p = as_list(self._preference(k, gram, None))
-            u_rows = [[p[i] if j == i else 0.0 for j in range(k)] for i in range(k)]  # row i: p_i e_i
+            p = self._preference_list(k, gram)
+            u_rows = [[0.0] * k for _ in range(k)]  # row i: p_i e_i
+            for i in range(k):
+                u_rows[i][i] = p[i]
             found = project_rows_host(rows, u_rows, ridge_for(gram.dtype), self.tol, start if isinstance(start, list) else None)
             if found is not None:
                 v, self.__dict__["_free_prev"] = found

@@ -123,7 +123,7 @@ def project_host(gram, u, ridge: float, tol: float, rounds: int, free_start=None
         return None
     g_hat, d = eq
     k = len(d)
-    cs = [[row[i] * d[i] for i in range(k)] for row in u]
+    cs = [[a * b for a, b in zip(row, d)] for row in u]
     starts = free_start if free_start is not None else [[sum(map(mul, r, c)) < 0 for r in g_hat] for c in cs]  # Ĝ symmetric
     if len(cs) > 1 and k >= BATCH_MIN_K:
         found = pdas_batched(g_hat, cs, starts, tol, rounds)
