@@ -254,3 +254,19 @@ def test_the_closed_form_2x2_is_exact_under_power_of_two_scaling(exponent):
         lam, vecs = _host.eigh_2x2(a, b, c)
         lam_s, vecs_s = _host.eigh_2x2(a * s, b * s, c * s)
         assert lam_s == [x * s for x in lam] and vecs_s == vecs, (a, b, c)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_small_values_round_and_convert_as_torch_tensor_does(dtype):
+    """``rounded`` and ``weights_tensor`` (C arrays for float32/64, torch.tensor otherwise) give
+    exactly ``torch.tensor(values, dtype=...)``'s values and dtype, on random numbers of every
+    magnitude, NaN and out-of-range ones included (rounded to ±inf, as torch does)."""
+    gen = random.Random(0)
+    values = [gen.uniform(-1, 1) * 10.0 ** gen.randint(-40, 40) for _ in range(200)] + [math.nan, 1e300, -1e300, 0.0]
+    expected = torch.tensor(values, dtype=dtype)
+    got = _host.weights_tensor(values, torch.zeros(1, dtype=torch.float64), dtype)
+    assert got.dtype == dtype and got.shape == expected.shape
+    assert torch.equal(got.isnan(), expected.isnan()) and torch.equal(got[~got.isnan()], expected[~expected.isnan()])
+    assert _host.weights_tensor(values[:3], torch.zeros(1, dtype=dtype)).dtype == dtype
+    for x in values[:50] + [1.0 / 3, 0.1]:
+        assert _host.rounded(x, dtype) == torch.tensor(x, dtype=dtype).item()
