@@ -119,6 +119,20 @@ def test_float32_gramian_at_any_scale_against_float64(scale, batched):
     assert gram.dtype == (torch.float32 if normal else torch.float64)
 
 
+@pytest.mark.parametrize("member, row", [(0, 0), (1, 4), (2, 2)])
+def test_one_overflowing_diagonal_entry_in_a_batch_is_rescaled(member, row):
+    """A batch of three float32 matrices whose only out-of-range entry is one diagonal entry
+    (a row ~1e20 among rows ~1: its G_kk ~ 1e40 overflows, its other entries ~1e20 do not) is
+    redone on rescaled rows: every member finite and within 1e-6 of the float64 product."""
+    grads = torch.stack([_rows(seed, 5, 40) for seed in range(3)])
+    grads[member, row] *= 1e20
+    exact = grads.double() @ grads.double().transpose(-2, -1)
+    gram = gramian(grads)
+    assert bool(torch.isfinite(gram).all())
+    top = exact.diagonal(dim1=-2, dim2=-1).amax(-1)[..., None, None]
+    assert bool(((gram.double() - exact).abs() <= 1e-6 * top).all())
+
+
 def test_an_all_zero_matrix_has_a_zero_gramian():
     """All zero rows (out of range for the direct product's check, so rescaled): G = 0, not NaN."""
     for grads in (torch.zeros(3, 5), torch.zeros(2, 3, 5)):
@@ -133,6 +147,10 @@ def test_a_non_finite_row_keeps_its_nan_or_inf_diagonal():
     grads[1, 4] = float("nan")
     gram = gramian(grads)
     assert torch.isnan(gram[1, 1]) and torch.isfinite(gram[0, 0]) and torch.isfinite(gram[2, 2])
+    for row in range(3):  # Python's max skips a NaN after the first entry: the sum catches it
+        bad = _rows(2, 3, 7)
+        bad[row, 4] = float("nan")
+        assert gramian_and_top(bad)[1] is None
     grads[1, 4] = float("inf")
     assert torch.isinf(gramian(grads)[1, 1])
     exact = grads[[0, 2]].double() @ grads[[0, 2]].double().T
