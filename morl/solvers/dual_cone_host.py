@@ -6,8 +6,9 @@ At K = 2..10 with few right-hand sides a torch solve is ~40 tensor operations of
 each, almost all of it dispatch: 0.2 ms against ~0.05 ms for TorchJD's compiled quadprog. On
 the CPU the Gramian is in host memory, so reading it costs no synchronisation, and the same
 primal-dual active-set rounds (Hintermüller, Ito & Kunisch, SIAM J. Optim. 13(3), 2003) run on
-Python lists: a K×K Gaussian elimination per round, a few µs at K ≤ 5. Anything the rounds do
-not settle (cycling on a degenerate problem, a zero pivot, non-finite input) returns None and
+Python lists: a K×K Gaussian elimination per round, a few µs at K ≤ 5; B > 1 problems from
+K = 6 on (UPGrad's) solve each round's B systems as one batched Cholesky solve on CPU tensors
+made from the lists (:func:`pdas_batched`). Anything the rounds do not settle (cycling on a degenerate problem, a zero pivot, non-finite input) returns None and
 the torch solvers take the whole problem.
 """
 
