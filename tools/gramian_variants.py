@@ -1,0 +1,87 @@
+"""Which way of forming J Jᵀ is fastest on this CPU, per (K, D)?
+
+MKL's product for a few rows (K = 6..12) runs far below peak, and the fix depends on the CPU:
+session 12 found column chunks 2x faster at K = 6..10, D = 1e6 on an AMD EPYC (adopted:
+``morl.solvers.gramian.CHUNKED_K``); session 14 found two row blocks (3/4 of the products)
+0.75-0.86 of the plain product at K = 8..12, D = 3e4..3.4e5 on the same machine, but 1.3-1.9x
+slower at K = 4..6 and 16..24, and could not measure the Intel Xeon of session 13. Before a
+rule for the two-block form is adopted, run this on each machine and compare:
+
+    OMP_NUM_THREADS=1 .venv/bin/python tools/gramian_variants.py --ks 4,6,8,10,12,16 --ds 3e4,1e5,344008,1e6
+
+Each cell: median ms of calls interleaved across the variants (so load hits all alike), the
+ratio to the plain product, and each variant's largest error against the float64 product
+relative to max G_kk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import statistics
+import time
+
+import torch
+
+gramian_module = importlib.import_module("morl.solvers.gramian")  # the package exports a function of that name
+
+
+def _two_blocks(grads: torch.Tensor) -> torch.Tensor:
+    """G[:, :h] = J J_1ᵀ and G[h:, h:] = J_2 J_2ᵀ as two plain products, G[:h, h:] mirrored."""
+    k, h = grads.shape[0], grads.shape[0] // 2
+    left = grads @ grads[:h].T
+    gram = torch.empty(k, k, dtype=grads.dtype)
+    gram[:, :h] = left
+    gram[:h, h:] = left[h:].T
+    gram[h:, h:] = grads[h:] @ grads[h:].T
+    return gram
+
+
+def _chunked(grads: torch.Tensor, chunk: int = gramian_module.CHUNK) -> torch.Tensor:
+    gram = torch.zeros(grads.shape[0], grads.shape[0], dtype=grads.dtype)
+    for start in range(0, grads.shape[1], chunk):
+        block = grads[:, start : start + chunk]
+        gram.addmm_(block, block.T)
+    return gram
+
+
+VARIANTS = {
+    "plain": lambda j: j @ j.T,
+    "chunked": _chunked,
+    "two_blocks": _two_blocks,
+    "two_blocks_chunked": gramian_module._two_block_product,
+    "morl": gramian_module._product,  # what the library does now for this (K, D)
+}
+
+
+def measure(k: int, d: int, seed: int = 0) -> dict[str, tuple[float, float]]:
+    grads = torch.randn(k, d, generator=torch.Generator().manual_seed(seed))
+    exact = grads.double() @ grads.double().T
+    top = float(exact.diagonal().max())
+    errors = {name: float((fn(grads).double() - exact).abs().max()) / top for name, fn in VARIANTS.items()}
+    calls = max(5, min(200, int(2e8 / (k * k * d))))
+    times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for _ in range(calls):
+        for name, fn in VARIANTS.items():
+            t0 = time.perf_counter()
+            fn(grads)
+            times[name].append(time.perf_counter() - t0)
+    return {name: (statistics.median(times[name]) * 1e3, errors[name]) for name in VARIANTS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ks", default="4,6,8,10,12,16", help="comma-separated K values")
+    parser.add_argument("--ds", default="3e4,1e5,344008,1e6", help="comma-separated D values")
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); ms (ratio to plain) [error]")
+    for k in (int(x) for x in args.ks.split(",")):
+        for d in (int(float(x)) for x in args.ds.split(",")):
+            cells = measure(k, d)
+            plain = cells["plain"][0]
+            row = "  ".join(f"{name} {ms:.3f} ({ms / plain:.2f}) [{err:.1e}]" for name, (ms, err) in cells.items())
+            print(f"K={k:<3} D={d:<8} {row}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
