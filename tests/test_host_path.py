@@ -23,6 +23,9 @@ import pytest
 import torch
 
 from morl.aggregators import _host, build
+from morl.aggregators.imtl_g import _inverse_rows
+from morl.host_reads import cpu_tensor
+from morl.solvers.gramian import gramian_and_top
 
 CASES = {
     "imtl_g": [{}],
@@ -79,9 +82,6 @@ def test_python_path_matches_the_torch_path(name, opts, dtype, monkeypatch):
 def _imtl_g_exact_if_inverted(grads: torch.Tensor) -> torch.Tensor | None:
     """IMTL-G's G⁻¹n / 1ᵀG⁻¹n in exact rational arithmetic on the Gramian the aggregator forms
     (G / max G_kk), when the Python path takes the Cholesky route for it; else None."""
-    from morl.aggregators.imtl_g import _inverse_rows
-    from morl.solvers.gramian import gramian_and_top
-
     gram, top = gramian_and_top(grads)
     gram = gram / top
     if grads.shape[0] <= 2 or _inverse_rows(gram, gram.tolist()) is None:
@@ -114,8 +114,6 @@ def test_imtl_g_inverts_only_where_pinv_keeps_every_eigenvalue(dtype):
     rational arithmetic, also with row norms spread by 1e6, where pinv (the torch path) is
     off by up to 1.3e-5 in float64. Measured over K = 3..16, seeds 0..19: max |Δw| / max |w|
     = 1.2e-14 in float64, 5.3e-8 in float32 (its rounding); bounds 1e-13 and ε."""
-    from morl.aggregators.imtl_g import _inverse_rows
-
     eps = torch.finfo(dtype).eps
     for k in (3, 5, 10, 16):
         full, low, zero, scaled = _inputs(k, dtype)
@@ -260,7 +258,8 @@ def test_the_closed_form_2x2_is_exact_under_power_of_two_scaling(exponent):
 def test_small_values_round_and_convert_as_torch_tensor_does(dtype):
     """``rounded`` and ``weights_tensor`` (C arrays for float32/64, torch.tensor otherwise) give
     exactly ``torch.tensor(values, dtype=...)``'s values and dtype, on random numbers of every
-    magnitude, NaN and out-of-range ones included (rounded to ±inf, as torch does)."""
+    magnitude, NaN and out-of-range ones included (rounded to ±inf, as torch does); so does
+    ``cpu_tensor`` for no values and for bools."""
     gen = random.Random(0)
     values = [gen.uniform(-1, 1) * 10.0 ** gen.randint(-40, 40) for _ in range(200)] + [math.nan, 1e300, -1e300, 0.0]
     expected = torch.tensor(values, dtype=dtype)
@@ -270,3 +269,6 @@ def test_small_values_round_and_convert_as_torch_tensor_does(dtype):
     assert _host.weights_tensor(values[:3], torch.zeros(1, dtype=dtype)).dtype == dtype
     for x in values[:50] + [1.0 / 3, 0.1]:
         assert _host.rounded(x, dtype) == torch.tensor(x, dtype=dtype).item()
+    assert cpu_tensor([], dtype).shape == (0,) and cpu_tensor([], dtype).dtype == dtype
+    flags = [gen.random() < 0.5 for _ in range(37)]
+    assert torch.equal(cpu_tensor(iter(flags), torch.bool), torch.tensor(flags))  # any iterable, as the QP rounds pass
