@@ -6,30 +6,74 @@ import importlib
 import pytest
 import torch
 
-from morl.solvers.gramian import (CHUNK, CHUNKED_K, TRIANGLE_K, _product, gram_scale, gramian, gramian_and_top,
-                                  normalized_gramian)
+from morl.solvers.cpu_cache import last_level_cache_bytes
+from morl.solvers.gramian import (CHUNK, CHUNKED_K, TRIANGLE_K, _product, chunk_min_bytes, gram_scale, gramian,
+                                  gramian_and_top, normalized_gramian)
 
 
 @pytest.fixture
 def chunk_small_matrices(monkeypatch):
     """Route matrices of any size to the chunked product (the cut is a speed choice only)."""
-    monkeypatch.setattr(importlib.import_module("morl.solvers.gramian"), "CHUNK_MIN_NUMEL", 0)
+    monkeypatch.setattr(importlib.import_module("morl.solvers.gramian"), "CHUNK_MIN_BYTES", 0)
 
 
 def test_the_chunked_product_is_taken_for_large_matrices_only(monkeypatch):
-    """6 ≤ K ≤ 10 and at least CHUNK_MIN_NUMEL entries (and 4 chunks): chunk by chunk;
-    smaller matrices: one plain product (spied on through addmm_, which only chunks call)."""
+    """6 ≤ K ≤ 10 and at least CHUNK_MIN_BYTES (and 4 chunks): chunk by chunk; smaller
+    matrices: one plain product (spied on through addmm_, which only chunks call). The cut
+    counts bytes, so a float64 matrix reaches it at half the entries of a float32 one."""
     calls = []
     real = torch.Tensor.addmm_
     monkeypatch.setattr(torch.Tensor, "addmm_", lambda self, *a, **kw: calls.append(1) or real(self, *a, **kw))
     module = importlib.import_module("morl.solvers.gramian")
-    assert module.CHUNK_MIN_NUMEL > 0
-    for k, d, numel, chunked in ((8, 4 * CHUNK + 1, 0, True), (8, 4 * CHUNK + 1, 8 * (4 * CHUNK + 1) + 1, False),
-                                 (8, 4 * CHUNK - 1, 0, False), (11, 4 * CHUNK + 1, 0, False), (5, 4 * CHUNK + 1, 0, False)):
-        monkeypatch.setattr(module, "CHUNK_MIN_NUMEL", numel)
+    assert module.CHUNK_MIN_BYTES > 0
+    d = 4 * CHUNK + 1
+    for k, d, dtype, cut, chunked in ((8, d, torch.float32, 0, True), (8, d, torch.float32, 4 * 8 * d + 1, False),
+                                      (8, d, torch.float32, 4 * 8 * d, True), (8, d, torch.float64, 4 * 8 * d + 1, True),
+                                      (8, d, torch.float64, 8 * 8 * d + 1, False),
+                                      (8, 4 * CHUNK - 1, torch.float32, 0, False), (11, d, torch.float32, 0, False),
+                                      (5, d, torch.float32, 0, False)):
+        monkeypatch.setattr(module, "CHUNK_MIN_BYTES", cut)
         calls.clear()
-        _product(torch.ones(k, d))
-        assert bool(calls) == chunked, (k, d, numel)
+        _product(torch.ones(k, d, dtype=dtype))
+        assert bool(calls) == chunked, (k, d, dtype, cut)
+
+
+def _fake_caches(root, entries):
+    """A sysfs-like cache folder: one indexN folder per (level, type, size) entry."""
+    for i, (level, kind, size) in enumerate(entries):
+        folder = root / f"index{i}"
+        folder.mkdir(parents=True)
+        (folder / "level").write_text(f"{level}\n")
+        (folder / "type").write_text(f"{kind}\n")
+        (folder / "size").write_text(f"{size}\n")
+    return root
+
+
+def test_last_level_cache_is_the_highest_data_or_unified_level(tmp_path):
+    """This machine's layout (Zen 1: 32K/64K L1, 512K L2, 8192K L3), in any folder order, and
+    an instruction cache never counts, whatever its level."""
+    zen1 = [(1, "Data", "32K"), (1, "Instruction", "64K"), (2, "Unified", "512K"), (3, "Unified", "8192K")]
+    assert last_level_cache_bytes(_fake_caches(tmp_path / "a", zen1)) == 8 * 2**20
+    assert last_level_cache_bytes(_fake_caches(tmp_path / "b", zen1[::-1])) == 8 * 2**20
+    odd = [(2, "Unified", "1M"), (3, "Instruction", "64M"), (1, "Data", "48K")]
+    assert last_level_cache_bytes(_fake_caches(tmp_path / "c", odd)) == 2**20
+
+
+@pytest.mark.parametrize("size", ["", "K", "-8K", "8X", "0K", "8.5M"])
+def test_an_unreadable_cache_size_is_unknown(tmp_path, size):
+    """A missing folder, no entries, or a size that is not a positive whole number of B/K/M/G:
+    None (the Gramian then keeps its fixed cut), never an exception."""
+    (tmp_path / "a").mkdir()
+    assert last_level_cache_bytes(tmp_path / "missing") is None
+    assert last_level_cache_bytes(tmp_path / "a") is None
+    assert last_level_cache_bytes(_fake_caches(tmp_path / "b", [(3, "Unified", size)])) is None
+
+
+def test_the_chunk_cut_is_three_quarters_of_the_cache_or_16_mb():
+    """6 MB on an 8 MB L3 (the measured break-even there), 24 MB on a 32 MB one, 16 MB unknown."""
+    assert chunk_min_bytes(8 * 2**20) == 6 * 2**20
+    assert chunk_min_bytes(32 * 2**20) == 24 * 2**20
+    assert chunk_min_bytes(None) == 16 * 2**20
 
 
 @pytest.mark.parametrize("k", [CHUNKED_K[0], 8, CHUNKED_K[1]])

@@ -7,6 +7,7 @@ import math
 import torch
 
 from morl.host_reads import reads_are_free
+from morl.solvers.cpu_cache import last_level_cache_bytes
 
 
 def gram_scale(gram: torch.Tensor) -> torch.Tensor:
@@ -64,11 +65,33 @@ _RANGE = {dt: (torch.finfo(dt).tiny / torch.finfo(dt).eps, torch.finfo(dt).max) 
 #: more accurately (4e-7 against 6e-5 relative error at K = 10, D = 1e6: shorter float32 sums).
 CHUNKED_K = (6, 10)
 CHUNK = 16384
-#: ... but only for matrices larger than the last-level cache: below 4M entries (16 MB in
-#: float32) MKL's plain product wins or ties (session 12, this machine's 32 MB L3, medians of
-#: 15 interleaved calls, chunked / plain: K = 6 at D = 1.5e5..5e5 1.14-1.19, K = 8 at D ≤ 3.4e5
-#: 1.09-1.15, K = 10 at D = 3.4e5 0.85-1.09 across runs; from 4M entries on 0.50-0.97).
-CHUNK_MIN_NUMEL = 4 * 2**20
+#: ... but only for matrices that do not stay in the last-level cache: MKL's plain product wins
+#: or ties on those. The break-even, in the matrix's bytes, measured with
+#: ``tools/gramian_variants.py`` (medians of interleaved calls, chunked / plain):
+#:
+#: - Zen 1 EPYC guest, 8 MB L3 (session 15): K = 6..10 lose 17-39 % at 4-5 MB, tie at 5-6 MB
+#:   (1.01-1.02), gain from 6 MB on (K = 10 at 6 MB 0.86, 7.6 MB 0.75, 13.8 MB = MT10's actor
+#:   0.53; K = 8 at 8 MB 0.82, 11 MB 0.61; K = 6 at 8.3 MB 0.75);
+#: - Zen 4 EPYC guest, 32 MB L3 (session 12): K = 6..8 lose 9-19 % up to 12 MB, K = 10 at
+#:   13.7 MB 0.85-1.09 across runs, 0.50-0.97 from 16 MB on.
+#:
+#: The cut is three quarters of the cache: the break-even on the 8 MB machine; on the 32 MB one
+#: it is 24 MB, so matrices of 16-24 MB keep the plain product there (chunks were measured to
+#: gain from 16 MB on, by how much in that range was not measured; every bench cell and MT10's
+#: actor lie outside it). Where the machine does not report its cache the cut is 16 MB.
+CHUNK_CACHE_FRACTION = 0.75
+CHUNK_MIN_BYTES_UNKNOWN_CACHE = 16 * 2**20
+
+
+def chunk_min_bytes(cache_bytes: int | None) -> int:
+    """The size from which a 6 ≤ K ≤ 10 Gramian is formed by column chunks, for a last-level
+    cache of ``cache_bytes`` (None: not known)."""
+    if cache_bytes is None:
+        return CHUNK_MIN_BYTES_UNKNOWN_CACHE
+    return int(CHUNK_CACHE_FRACTION * cache_bytes)
+
+
+CHUNK_MIN_BYTES = chunk_min_bytes(last_level_cache_bytes())
 
 
 #: From this K on (CPU), G is formed from 2 row blocks: [all rows] × [first block]ᵀ and
@@ -87,7 +110,7 @@ def _product(grads: torch.Tensor) -> torch.Tensor:
         return grads @ grads.transpose(-2, -1)
     if k >= TRIANGLE_K:
         return _two_block_product(grads)
-    if not CHUNKED_K[0] <= k <= CHUNKED_K[1] or d < 4 * CHUNK or k * d < CHUNK_MIN_NUMEL:
+    if not CHUNKED_K[0] <= k <= CHUNKED_K[1] or d < 4 * CHUNK or k * d * grads.element_size() < CHUNK_MIN_BYTES:
         return grads @ grads.transpose(-2, -1)
     gram = torch.zeros(k, k, dtype=grads.dtype)
     for start in range(0, d, CHUNK):
