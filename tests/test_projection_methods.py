@@ -286,6 +286,22 @@ def test_aligned_mtl_balances_the_singular_values():
             torch.testing.assert_close(b @ g @ b, expected, rtol=0, atol=1e-9 * float(lam[-1]))
 
 
+def test_aligned_mtl_weights_without_b_are_b_times_the_preference():
+    """balanced_weights (V (c ⊙ Vᵀw), no K×K×K product) is B w from balance_transformation, for
+    full-rank, rank-deficient, batched and all-zero Gramians (B = I there), every scale mode
+    and a non-uniform preference."""
+    from morl.aggregators.aligned_mtl import SCALE_MODES, balance_transformation, balanced_weights
+
+    for seed in SEEDS:
+        grams = torch.stack([(j := _jacobian(seed, 6, 20, rank)) @ j.T for rank in (6, 3, 1)] + [torch.zeros(6, 6, dtype=torch.float64)])
+        pref = torch.rand(6, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) + 0.1
+        for mode in SCALE_MODES:
+            expected = (balance_transformation(grams, mode) @ pref.unsqueeze(-1)).squeeze(-1)
+            torch.testing.assert_close(balanced_weights(grams, pref, mode), expected, rtol=1e-12, atol=1e-12 * float(expected.abs().max()))
+            torch.testing.assert_close(balanced_weights(grams[1], pref, mode), expected[1], rtol=1e-12, atol=1e-12 * float(expected.abs().max()))
+        torch.testing.assert_close(balanced_weights(grams[3], pref), pref, rtol=0, atol=0)
+
+
 def test_imtl_g_guards_each_member_of_a_batch_on_its_own():
     """The degenerate-sum guard compares each Gramian's Σ(G⁺n) with its own Σ|G⁺n|: a regular
     member at scale 1e30 (its G⁺n ~1e-15) next to the degenerate one keeps its weights."""

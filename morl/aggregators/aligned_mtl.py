@@ -27,6 +27,25 @@ def balance_transformation(gram: torch.Tensor, scale_mode: str = "min") -> torch
     """B ([..., K, K], float64). Eigenvalues ≤ K ε λ_max (ε of the Gramian's dtype) are
     dropped (TorchJD's and the authors' cutoff) by a mask, not by slicing, so nothing is read
     back to the host; an all-zero G gives B = I (as TorchJD)."""
+    vec, coef, any_kept = _balance_factors(gram, scale_mode)
+    b = (vec * coef.unsqueeze(-2)) @ vec.transpose(-2, -1)
+    eye = torch.eye(gram.shape[-1], dtype=b.dtype, device=b.device)
+    return torch.where(any_kept[..., None], b, eye)
+
+
+def balanced_weights(gram: torch.Tensor, pref: torch.Tensor, scale_mode: str = "min") -> torch.Tensor:
+    """B w ([..., K], float64) for the preference ``pref`` ([K] or [..., K]) without forming B:
+    V (c ⊙ Vᵀw), two K×K matrix-vector products where B costs a K×K×K one (0.2 ms of a 1 ms
+    K = 50 weight step on a Zen 1 core)."""
+    vec, coef, any_kept = _balance_factors(gram, scale_mode)
+    w = pref.to(torch.float64).expand(gram.shape[:-1])
+    bw = (vec @ (coef * (vec.transpose(-2, -1) @ w.unsqueeze(-1)).squeeze(-1)).unsqueeze(-1)).squeeze(-1)
+    return torch.where(any_kept, bw, w)
+
+
+def _balance_factors(gram: torch.Tensor, scale_mode: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(V [..., K, K], c [..., K], any eigenvalue kept [..., 1]) with B = V diag(c) Vᵀ:
+    c_j = sqrt(λ_scale / λ_j) for the kept eigenvalues, 0 for the dropped ones."""
     k = gram.shape[-1]
     g = gram.to(torch.float64)
     g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, torch.zeros_like(g))  # eigh raises on NaN
@@ -35,9 +54,7 @@ def balance_transformation(gram: torch.Tensor, scale_mode: str = "min") -> torch
     safe = torch.where(keep, lam, torch.ones_like(lam))
     inv_sqrt = torch.where(keep, safe.rsqrt(), torch.zeros_like(lam))
     scale = _scale(torch.where(keep, lam, torch.full_like(lam, float("inf"))), keep, scale_mode)
-    b = (vec * (scale.sqrt() * inv_sqrt).unsqueeze(-2)) @ vec.transpose(-2, -1)
-    eye = torch.eye(k, dtype=b.dtype, device=b.device)
-    return torch.where(keep.any(-1)[..., None, None], b, eye)
+    return vec, scale.sqrt() * inv_sqrt, keep.any(-1, keepdim=True)
 
 
 def _scale(kept: torch.Tensor, keep: torch.Tensor, mode: str) -> torch.Tensor:
@@ -92,8 +109,8 @@ class AlignedMTL(PreferenceVector, GramianAggregator):
         rows = gramian_rows(gram)
         if rows is not None:  # one small CPU Gramian: in Python floats
             return weights_tensor(_aligned_host(gram, rows, self._preference_list(len(rows), gram), self.scale_mode), gram)
-        w = self._preference(gram.shape[-1], gram, None).to(torch.float64)
-        return (balance_transformation(gram, self.scale_mode) @ w.unsqueeze(-1)).squeeze(-1).to(gram.dtype)
+        w = self._preference(gram.shape[-1], gram, None)
+        return balanced_weights(gram, w, self.scale_mode).to(gram.dtype)
 
     def __repr__(self) -> str:
         return f"AlignedMTL(pref_vector={self._pref_repr()}, scale_mode={self.scale_mode!r})"
