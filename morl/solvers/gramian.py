@@ -58,18 +58,27 @@ def gramian_and_top(grads: torch.Tensor) -> tuple[torch.Tensor, float | None]:
 _RANGE = {dt: (torch.finfo(dt).tiny / torch.finfo(dt).eps, torch.finfo(dt).max) for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
 
 
-#: On CPU (MKL), ``J @ J.T`` for 6 ≤ K ≤ 10 rows runs at a fraction of the speed of K = 4 or
-#: K = 16 (10 GFLOP/s against 35-50 measured here at D = 1e6): its small-M kernel streams the
-#: whole [K, D] matrix badly. Summing the products of column chunks that stay in L2 cache
-#: (CHUNK columns) gives the same Gramian 2-3x faster, still in one pass over the matrix, and
+#: On CPU (MKL), ``J @ J.T`` for K ≤ 10 rows streams a [K, D] matrix that does not stay in the
+#: last-level cache badly: 10 GFLOP/s at K = 6..10, D = 1e6 against 35-50 at K = 16 on a Zen 4
+#: (session 12); 5 GB/s at K = 2 on a Zen 1 (session 15). Summing the products of column chunks
+#: that stay in L2 gives the same Gramian 1.1-2.5x faster, still in one pass over the matrix, and
 #: more accurately (4e-7 against 6e-5 relative error at K = 10, D = 1e6: shorter float32 sums).
-CHUNKED_K = (6, 10)
+#: The chunks are one batched product over a strided view of the matrix (no copy), BMM_CHUNK
+#: columns each: one call instead of one per chunk, which matters at K = 2..5 where a chunk's
+#: product is cheaper than its call (Zen 1, chunked / plain: K = 2 at D = 3e6 0.70 against 1.15
+#: for an ``addmm_`` per 16384 columns; K = 5, D = 1e6 0.51 against 0.62; K = 10, D = 1e6 0.42
+#: against 0.44). From K = 12 on MKL's product ties or wins (1.00-1.09).
+CHUNKED_K = (2, 10)
+BMM_CHUNK = 8192
+#: columns per step of the two-block product (TRIANGLE_K), and the least D, in these, that the
+#: chunked product needs (4 of them)
 CHUNK = 16384
 #: ... but only for matrices that do not stay in the last-level cache: MKL's plain product wins
 #: or ties on those. The break-even, in the matrix's bytes, measured with
 #: ``tools/gramian_variants.py`` (medians of interleaved calls, chunked / plain):
 #:
-#: - Zen 1 EPYC guest, 8 MB L3 (session 15): K = 6..10 lose 17-39 % at 4-5 MB, tie at 5-6 MB
+#: - Zen 1 EPYC guest, 8 MB L3 (session 15; K = 2..5 measured with the batched chunks, below
+#:   the cache 1.1-1.8, from 6.6 MB on 0.88-0.49): K = 6..10 lose 17-39 % at 4-5 MB, tie at 5-6 MB
 #:   (1.01-1.02), gain from 6 MB on (K = 10 at 6 MB 0.86, 7.6 MB 0.75, 13.8 MB = MT10's actor
 #:   0.53; K = 8 at 8 MB 0.82, 11 MB 0.61; K = 6 at 8.3 MB 0.75);
 #: - Zen 4 EPYC guest, 32 MB L3 (session 12): K = 6..8 lose 9-19 % up to 12 MB, K = 10 at
@@ -84,7 +93,7 @@ CHUNK_MIN_BYTES_UNKNOWN_CACHE = 16 * 2**20
 
 
 def chunk_min_bytes(cache_bytes: int | None) -> int:
-    """The size from which a 6 ≤ K ≤ 10 Gramian is formed by column chunks, for a last-level
+    """The size from which a Gramian of CHUNKED_K rows is formed by column chunks, for a last-level
     cache of ``cache_bytes`` (None: not known)."""
     if cache_bytes is None:
         return CHUNK_MIN_BYTES_UNKNOWN_CACHE
@@ -103,8 +112,8 @@ TRIANGLE_K = 96
 
 
 def _product(grads: torch.Tensor) -> torch.Tensor:
-    """``grads @ grads.T``, by column chunks (``CHUNKED_K``) or triangular blocks
-    (``TRIANGLE_K``) where that is faster on CPU."""
+    """``grads @ grads.T``, by column chunks (``CHUNKED_K`` rows, from ``CHUNK_MIN_BYTES``) or
+    triangular blocks (``TRIANGLE_K``) where that is faster on CPU."""
     k, d = grads.shape[-2], grads.shape[-1]
     if grads.device.type != "cpu" or grads.dim() != 2:
         return grads @ grads.transpose(-2, -1)
@@ -112,10 +121,20 @@ def _product(grads: torch.Tensor) -> torch.Tensor:
         return _two_block_product(grads)
     if not CHUNKED_K[0] <= k <= CHUNKED_K[1] or d < 4 * CHUNK or k * d * grads.element_size() < CHUNK_MIN_BYTES:
         return grads @ grads.transpose(-2, -1)
-    gram = torch.zeros(k, k, dtype=grads.dtype)
-    for start in range(0, d, CHUNK):
-        block = grads[:, start : start + CHUNK]
-        gram.addmm_(block, block.T)
+    return _chunked_product(grads)
+
+
+def _chunked_product(grads: torch.Tensor) -> torch.Tensor:
+    """Σ_c J_c J_cᵀ over the column chunks J_c of BMM_CHUNK columns, as one ``bmm`` over the
+    view [chunks, K, BMM_CHUNK] of the matrix (splitting its columns is a view for any
+    strides), and one product for the columns left over."""
+    k, d = grads.shape
+    n = d // BMM_CHUNK
+    chunks = grads[:, : n * BMM_CHUNK].view(k, n, BMM_CHUNK).transpose(0, 1)
+    gram = torch.bmm(chunks, chunks.transpose(1, 2)).sum(0)
+    if n * BMM_CHUNK < d:
+        rest = grads[:, n * BMM_CHUNK :]
+        gram.addmm_(rest, rest.T)
     return gram
 
 
