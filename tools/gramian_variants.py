@@ -4,8 +4,10 @@ MKL's product for a few rows (K = 6..12) runs far below peak, and the fix depend
 session 12 found column chunks 2x faster at K = 6..10, D = 1e6 on an AMD EPYC (adopted:
 ``morl.solvers.gramian.CHUNKED_K``); session 14 found two row blocks (3/4 of the products)
 0.75-0.86 of the plain product at K = 8..12, D = 3e4..3.4e5 on the same machine, but 1.3-1.9x
-slower at K = 4..6 and 16..24, and could not measure the Intel Xeon of session 13. Before a
-rule for the two-block form is adopted, run this on each machine and compare:
+slower at K = 4..6 and 16..24, and could not measure the Intel Xeon of session 13. Session 15
+(a Zen 1 EPYC, 8 MB L3) made the cut follow the machine's last-level cache and the chunks one
+batched product (``batched_chunks``, for 2 <= K <= 10). Before a rule is adopted or moved, run
+this on each machine and compare:
 
     OMP_NUM_THREADS=1 .venv/bin/python tools/gramian_variants.py --ks 4,6,8,10,12,16 --ds 3e4,1e5,344008,1e6
 
@@ -47,7 +49,8 @@ def _chunked(grads: torch.Tensor, chunk: int = gramian_module.CHUNK) -> torch.Te
 
 VARIANTS = {
     "plain": lambda j: j @ j.T,
-    "chunked": _chunked,
+    "chunked": _chunked,  # one addmm_ per CHUNK columns (the library's form until session 15)
+    "batched_chunks": gramian_module._chunked_product,  # the library's chunked form, at any size
     "two_blocks": _two_blocks,
     "two_blocks_chunked": gramian_module._two_block_product,
     "morl": gramian_module._product,  # what the library does now for this (K, D)
@@ -74,7 +77,10 @@ def main() -> None:
     parser.add_argument("--ks", default="4,6,8,10,12,16", help="comma-separated K values")
     parser.add_argument("--ds", default="3e4,1e5,344008,1e6", help="comma-separated D values")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); ms (ratio to plain) [error]")
+    cache = gramian_module.last_level_cache_bytes()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); last-level cache "
+          f"{'unknown' if cache is None else f'{cache / 2**20:g} MB'}, chunks from {gramian_module.CHUNK_MIN_BYTES / 2**20:g} MB "
+          f"for K in {gramian_module.CHUNKED_K}; ms (ratio to plain) [error]")
     for k in (int(x) for x in args.ks.split(",")):
         for d in (int(float(x)) for x in args.ds.split(",")):
             cells = measure(k, d)

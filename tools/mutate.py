@@ -45,7 +45,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "morl/gradients.py": (["morl/gradients.py"], ["tests/test_gradients.py", "tests/test_gradients_exact.py"]),
     # alpha_fair.py and dual_cone*.py are mutated with the methods that use them (groups below)
     "morl/solvers": (
-        [f"morl/solvers/{name}.py" for name in ("gramian", "min_norm", "simplex", "simplex_descent")],
+        [f"morl/solvers/{name}.py" for name in ("gramian", "cpu_cache", "min_norm", "simplex", "simplex_descent")],
         ["tests/test_simplex.py", "tests/test_min_norm.py", "tests/test_min_norm_exact.py", "tests/test_min_norm_edges.py",
          "tests/test_simplex_descent.py", "tests/test_cagrad_exact.py", "tests/test_gramian.py", "tests/test_mgda_edges.py",
          # session 10: the fast tests of test_min_norm_warm.py (its quadprog comparisons of warm
