@@ -36,6 +36,10 @@ def test_the_chunked_product_is_taken_for_large_matrices_only(monkeypatch):
         calls.clear()
         _product(torch.ones(k, d, dtype=dtype))
         assert bool(calls) == chunked, (k, d, dtype, cut)
+    # other devices (here meta, as a stand-in for CUDA) keep one plain product at any size
+    monkeypatch.setattr(module, "CHUNK_MIN_BYTES", 0)
+    calls.clear()
+    assert _product(torch.empty(8, d, device="meta")).shape == (8, 8) and not calls
 
 
 def _fake_caches(root, entries):
@@ -55,6 +59,9 @@ def test_last_level_cache_is_the_highest_data_or_unified_level(tmp_path):
     zen1 = [(1, "Data", "32K"), (1, "Instruction", "64K"), (2, "Unified", "512K"), (3, "Unified", "8192K")]
     assert last_level_cache_bytes(_fake_caches(tmp_path / "a", zen1)) == 8 * 2**20
     assert last_level_cache_bytes(_fake_caches(tmp_path / "b", zen1[::-1])) == 8 * 2**20
+    instruction_first = [(1, "Instruction", "32K"), (2, "Unified", "2M"), (3, "Unified", "32M")]
+    assert last_level_cache_bytes(_fake_caches(tmp_path / "d", instruction_first)) == 32 * 2**20
+    assert last_level_cache_bytes(_fake_caches(tmp_path / "e", [(2, "Unified", "1048576")])) == 2**20  # bytes, no unit
     odd = [(2, "Unified", "1M"), (3, "Instruction", "64M"), (1, "Data", "48K")]
     assert last_level_cache_bytes(_fake_caches(tmp_path / "c", odd)) == 2**20
 
@@ -105,7 +112,8 @@ def test_top_is_the_largest_diagonal_entry_and_absent_off_cpu():
     grads = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
     gram, top = gramian_and_top(grads)
     assert top == 25.0 and gram.tolist() == [[25.0, 3.0], [3.0, 1.0]]
-    assert gramian_and_top(grads.unsqueeze(0).expand(2, 2, 2))[1] is None  # batched: one top per matrix
+    batched = gramian_and_top(grads.unsqueeze(0).expand(2, 2, 2))
+    assert batched[1] is None and batched[0].tolist() == [gram.tolist()] * 2  # batched: one top per matrix
     assert gramian_and_top(torch.zeros(2, 3))[1] is None  # all zero: the rescaled fallback decides
     meta = gramian_and_top(torch.empty(7, 5 * CHUNK, device="meta"))
     assert meta[0].device.type == "meta" and meta[0].shape == (7, 7) and meta[1] is None

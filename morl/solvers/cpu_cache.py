@@ -22,7 +22,7 @@ def last_level_cache_bytes(root: Path = SYSFS_CACHES) -> int | None:
     machine does not say (not Linux, no sysfs, an unreadable or malformed entry)."""
     best: tuple[int, int] | None = None
     try:
-        for entry in root.glob("index*"):
+        for entry in sorted(root.glob("index*")):
             if (entry / "type").read_text().strip() == "Instruction":
                 continue
             level = int((entry / "level").read_text())
