@@ -300,6 +300,8 @@ def test_aligned_mtl_weights_without_b_are_b_times_the_preference():
             torch.testing.assert_close(balanced_weights(grams, pref, mode), expected, rtol=1e-12, atol=1e-12 * float(expected.abs().max()))
             torch.testing.assert_close(balanced_weights(grams[1], pref, mode), expected[1], rtol=1e-12, atol=1e-12 * float(expected.abs().max()))
         torch.testing.assert_close(balanced_weights(grams[3], pref), pref, rtol=0, atol=0)
+        min_mode = (balance_transformation(grams[0], "min") @ pref.unsqueeze(-1)).squeeze(-1)
+        torch.testing.assert_close(balanced_weights(grams[0], pref), min_mode, rtol=1e-12, atol=0)  # the paper's default
 
 
 def test_imtl_g_guards_each_member_of_a_batch_on_its_own():
