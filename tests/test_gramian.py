@@ -1,5 +1,5 @@
-"""morl.solvers.gramian: the chunked CPU product (6 ≤ K ≤ 10, large D) and the two-block one
-(K ≥ TRIANGLE_K) are the Gramian."""
+"""morl.solvers.gramian: the chunked CPU product (2 ≤ K ≤ 10, large D) and the block-row one
+(K ≥ BLOCKED_K, large K²D) are the Gramian."""
 
 import importlib
 
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from morl.solvers.cpu_cache import last_level_cache_bytes
-from morl.solvers.gramian import (BMM_CHUNK, CHUNK, CHUNKED_K, TRIANGLE_K, _product, chunk_min_bytes, gram_scale, gramian,
-                                  gramian_and_top, normalized_gramian)
+from morl.solvers.gramian import (BLOCK_ROWS, BLOCKED_K, BLOCKED_MIN_WORK, BMM_CHUNK, CHUNKED_K, CHUNKED_MIN_D, _product,
+                                  block_row_starts, chunk_min_bytes, gram_scale, gramian, gramian_and_top, normalized_gramian)
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def chunk_small_matrices(monkeypatch):
 
 
 def test_the_chunked_product_is_taken_for_large_matrices_only(monkeypatch):
-    """2 ≤ K ≤ 10 and at least CHUNK_MIN_BYTES (and 4 × CHUNK columns): chunk by chunk; other
+    """2 ≤ K ≤ 10 and at least CHUNK_MIN_BYTES (and CHUNKED_MIN_D columns): chunk by chunk; other
     matrices: one plain product (spied on through torch.bmm, which only the chunks call). The
     cut counts bytes, so a float64 matrix reaches it at half the entries of a float32 one."""
     calls = []
@@ -26,11 +26,11 @@ def test_the_chunked_product_is_taken_for_large_matrices_only(monkeypatch):
     monkeypatch.setattr(torch, "bmm", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     module = importlib.import_module("morl.solvers.gramian")
     assert module.CHUNK_MIN_BYTES > 0
-    d = 4 * CHUNK + 1
+    d = CHUNKED_MIN_D + 1
     for k, d, dtype, cut, chunked in ((8, d, torch.float32, 0, True), (8, d, torch.float32, 4 * 8 * d + 1, False),
                                       (8, d, torch.float32, 4 * 8 * d, True), (8, d, torch.float64, 4 * 8 * d + 1, True),
                                       (8, d, torch.float64, 8 * 8 * d + 1, False), (2, d, torch.float32, 0, True),
-                                      (8, 4 * CHUNK - 1, torch.float32, 0, False), (11, d, torch.float32, 0, False),
+                                      (8, CHUNKED_MIN_D - 1, torch.float32, 0, False), (11, d, torch.float32, 0, False),
                                       (1, d, torch.float32, 0, False)):
         monkeypatch.setattr(module, "CHUNK_MIN_BYTES", cut)
         calls.clear()
@@ -91,7 +91,7 @@ def test_chunked_product_against_float64(k, chunk_small_matrices):
     dropped or doubled chunk costs ~BMM_CHUNK/D ≈ 0.12). The same for a column-major matrix
     (strides (1, K): the chunks are then a view of other strides), ≤ 6e-6 (measured ≤ 2.4e-6).
     D is not a multiple of BMM_CHUNK, so the columns left over are covered."""
-    d = 4 * CHUNK + 123
+    d = CHUNKED_MIN_D + 123
     assert d % BMM_CHUNK
     for seed in range(5):
         gen = torch.Generator().manual_seed(seed)
@@ -115,31 +115,67 @@ def test_top_is_the_largest_diagonal_entry_and_absent_off_cpu():
     batched = gramian_and_top(grads.unsqueeze(0).expand(2, 2, 2))
     assert batched[1] is None and batched[0].tolist() == [gram.tolist()] * 2  # batched: one top per matrix
     assert gramian_and_top(torch.zeros(2, 3))[1] is None  # all zero: the rescaled fallback decides
-    meta = gramian_and_top(torch.empty(7, 5 * CHUNK, device="meta"))
+    meta = gramian_and_top(torch.empty(7, 2 * CHUNKED_MIN_D, device="meta"))
     assert meta[0].device.type == "meta" and meta[0].shape == (7, 7) and meta[1] is None
 
 
-@pytest.mark.parametrize("k", [TRIANGLE_K, 101, 200])
-def test_two_block_product_against_float64(k):
-    """K ≥ TRIANGLE_K: the two-block product (3/4 of the products, mirrored) is the Gramian:
-    relative error ≤ 1e-6 of the largest entry against float64 over 5 seeds (measured ≤ 3.2e-7;
-    a missing or misplaced block is off by O(1)), exactly symmetric, odd K included."""
-    d = CHUNK + 321
+def _blocked_d(k: int) -> int:
+    """The fewest columns that send K rows to the block-row product."""
+    return -(-BLOCKED_MIN_WORK // (k * k))
+
+
+def test_block_rows_start_every_32_rows_with_a_thin_last_block_merged():
+    """Blocks of BLOCK_ROWS rows; a last block of fewer than 16 rows joins the one before."""
+    assert BLOCK_ROWS == 32
+    expected = {1: [0], 31: [0], 47: [0], 48: [0, 32], 79: [0, 32], 80: [0, 32, 64], 100: [0, 32, 64],
+                112: [0, 32, 64, 96], 200: [0, 32, 64, 96, 128, 160]}
+    assert {k: block_row_starts(k) for k in expected} == expected
+
+
+def test_the_block_row_product_is_taken_for_many_rows_and_enough_work(monkeypatch):
+    """K ≥ BLOCKED_K rows and K²D ≥ BLOCKED_MIN_WORK on CPU: block rows; one row fewer, one
+    column fewer, a batch or another device (meta, standing in for CUDA): the plain product."""
+    module = importlib.import_module("morl.solvers.gramian")
+    calls = []
+    real = module._block_row_product
+    monkeypatch.setattr(module, "_block_row_product", lambda g: calls.append(tuple(g.shape)) or real(g))
+    k, d = BLOCKED_K, _blocked_d(BLOCKED_K)
+    for shape, blocked in (((k, d), True), ((k - 1, 10 * d), False), ((k, d - 1), False), ((200, _blocked_d(200)), True),
+                           ((200, _blocked_d(200) - 1), False)):
+        calls.clear()
+        assert _product(torch.ones(shape)).shape == (shape[0], shape[0])
+        assert bool(calls) == blocked, shape
+    calls.clear()
+    assert _product(torch.ones(2, k, d)).shape == (2, k, k) and not calls
+    assert _product(torch.empty(k, d, device="meta")).shape == (k, k) and not calls
+
+
+@pytest.mark.parametrize("k", [BLOCKED_K, 79, 101, 200])
+def test_block_row_product_against_float64(k):
+    """The block-row product (upper block rows, mirrored) is the Gramian: relative error ≤ 1e-6
+    of the largest entry against float64 over 5 seeds (measured ≤ 5.1e-7 over seeds 0..59, as
+    the plain product; a missing, misplaced or unmirrored block is off by O(1)), exactly
+    symmetric, for a merged thin last block (79 = 32 + 47) and ragged ones (101, 200), row-
+    and column-major."""
+    d = _blocked_d(k) + 3
     for seed in range(5):
         gen = torch.Generator().manual_seed(seed)
         grads = torch.randn(k, d, generator=gen) + 0.5 * torch.randn(1, d, generator=gen)
         grads[seed] *= -3.0  # rows of different norms and a sign, so no block is interchangeable
+        grads[-1] *= 2.0  # ... and the last block differs from the others
         exact = grads.double() @ grads.double().T
-        gram = _product(grads)  # the product itself, not gramian()'s rescaled fallback
-        assert float((gram.double() - exact).abs().max()) <= 1e-6 * float(exact.abs().max())
-        assert torch.equal(gram, gram.T) and torch.equal(gramian(grads), gram)
+        for layout in (grads, grads.T.contiguous().T):
+            gram = _product(layout)  # the product itself, not gramian()'s rescaled fallback
+            assert float((gram.double() - exact).abs().max()) <= 1e-6 * float(exact.abs().max())
+            assert torch.equal(gram, gram.T)
+        assert torch.equal(gramian(grads), _product(grads))
 
 
-@pytest.mark.parametrize("k", [CHUNKED_K[0], TRIANGLE_K])
-def test_chunked_and_two_block_products_keep_float64(k, chunk_small_matrices):
+@pytest.mark.parametrize("k", [CHUNKED_K[0], BLOCKED_K])
+def test_chunked_and_block_row_products_keep_float64(k, chunk_small_matrices):
     """Both CPU products accumulate in the rows' dtype: float64 rows give the float64 Gramian to
     1e-12 relative (a float32 accumulator would be off by ~1e-7)."""
-    grads = _rows(k, k, 4 * CHUNK + 7, torch.float64)
+    grads = _rows(k, k, max(CHUNKED_MIN_D, _blocked_d(k)) + 7, torch.float64)
     exact = grads @ grads.T
     gram = _product(grads)
     assert gram.dtype == torch.float64

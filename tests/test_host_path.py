@@ -139,6 +139,63 @@ def test_imtl_g_inverts_only_where_pinv_keeps_every_eigenvalue(dtype):
                 assert float((w - exact).abs().max()) <= max(1e-13, eps) * float(exact.abs().max())
 
 
+def _imtl_g_solved(gram: torch.Tensor) -> torch.Tensor:
+    """IMTL-G's G⁻¹n / 1ᵀG⁻¹n by LU (torch.linalg.solve, another factorisation than the
+    route's Cholesky) in float64, n_k = sqrt(G_kk)."""
+    g = gram.double()
+    v = torch.linalg.solve(g, g.diagonal().sqrt())
+    return v / v.sum()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_imtl_g_inverts_larger_cpu_gramians_where_pinv_keeps_every_eigenvalue(dtype, monkeypatch):
+    """K > 16 on the CPU (the Python path's lists would cost K² reads): the same certificate
+    as the Python path's Cholesky route, now from ‖L⁻¹‖_F². Where it answers (full rank, row
+    norms equal or, in float64, spread over 1e4) the weights are the LU solution's: measured over
+    K = 17, 20, 50, 100 and seeds 0..9, max |Δw| / max |w| ≤ 5.6e-14 in float64 and 4.9e-8 in
+    float32 (its rounding of w); bounds 1e-12 and ε. Where it
+    declines (rank K/2, an eigenvalue pinv cuts or keeps by less than the margin, NaN, a batch,
+    a device where reads cost a sync) the pinv route answers, as before."""
+    from morl.aggregators import imtl_g
+
+    eps = torch.finfo(dtype).eps
+    agg = build("imtl_g")
+    taken = []
+    real = imtl_g._imtl_g_inverted
+    monkeypatch.setattr(imtl_g, "_imtl_g_inverted", lambda g: taken.append(real(g) is not None) or real(g))
+    for k in (17, 50):
+        for seed in range(2):
+            gen = torch.Generator().manual_seed(seed)
+            for spread in (1.0,) if dtype == torch.float32 else (1.0, 1e4):  # float32: 1e2 is declined at K = 50
+                grads = torch.randn(k, 3 * k, generator=gen, dtype=torch.float64) * torch.logspace(0, math.log10(spread), k, dtype=torch.float64).unsqueeze(1)
+                gram = grads @ grads.T
+                gram = (gram / gram.diagonal().max()).to(dtype)
+                taken.clear()
+                w = agg.weights_from_gramian(gram).double()
+                assert taken == [True], (k, seed, spread)
+                expected = _imtl_g_solved(gram)
+                assert float((w - expected).abs().max()) <= max(1e-12, eps) * float(expected.abs().max()), (k, seed, spread)
+        q, _ = torch.linalg.qr(torch.randn(k, k, generator=torch.Generator().manual_seed(k), dtype=torch.float64))
+        low = torch.randn(k, k // 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        declined = [(low @ low.T).to(dtype)]
+        for small in (k * eps / 2, 2 * k * eps):
+            lam = torch.ones(k, dtype=torch.float64)
+            lam[0] = small
+            declined.append(((q * lam) @ q.T).to(dtype))
+        nan = torch.eye(k, dtype=dtype)
+        nan[0, 1] = nan[1, 0] = float("nan")
+        for gram in [*declined, nan]:
+            assert imtl_g._imtl_g_inverted(gram) is None
+        for gram in declined:
+            torch.testing.assert_close(agg.weights_from_gramian(gram), imtl_g.imtl_g_weights(gram).to(dtype), rtol=0, atol=0)
+        full = torch.eye(k, dtype=dtype) + 0.1
+        assert imtl_g._imtl_g_inverted(torch.stack([full, full])) is None
+        assert imtl_g._imtl_g_inverted(full) is not None
+        with monkeypatch.context() as patch:
+            patch.setattr(_host, "reads_are_free", lambda t: False)
+            assert imtl_g._imtl_g_inverted(full) is None
+
+
 def test_python_path_is_taken_only_where_reading_is_free():
     """Lists only for one finite K ≤ 16 CPU Gramian without autograd."""
     g = torch.eye(3)

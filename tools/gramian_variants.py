@@ -6,10 +6,12 @@ session 12 found column chunks 2x faster at K = 6..10, D = 1e6 on an AMD EPYC (a
 0.75-0.86 of the plain product at K = 8..12, D = 3e4..3.4e5 on the same machine, but 1.3-1.9x
 slower at K = 4..6 and 16..24, and could not measure the Intel Xeon of session 13. Session 15
 (a Zen 1 EPYC, 8 MB L3) made the cut follow the machine's last-level cache and the chunks one
-batched product (``batched_chunks``, for 2 <= K <= 10). Before a rule is adopted or moved, run
-this on each machine and compare:
+batched product (``batched_chunks``, for 2 <= K <= 10). Session 16 (same Zen 1) replaced the
+two chunked half-size blocks from K = 96 by block rows of 32 (``block_rows``, from K = 48 and
+K²D >= 2^26). Before a rule is adopted or moved, run this on each machine and compare:
 
     OMP_NUM_THREADS=1 .venv/bin/python tools/gramian_variants.py --ks 4,6,8,10,12,16 --ds 3e4,1e5,344008,1e6
+    OMP_NUM_THREADS=1 .venv/bin/python tools/gramian_variants.py --ks 48,64,100,200 --ds 1e4,3e4,2e5
 
 Each cell: median ms of calls interleaved across the variants (so load hits all alike), the
 ratio to the plain product, and each variant's largest error against the float64 product
@@ -39,7 +41,24 @@ def _two_blocks(grads: torch.Tensor) -> torch.Tensor:
     return gram
 
 
-def _chunked(grads: torch.Tensor, chunk: int = gramian_module.CHUNK) -> torch.Tensor:
+def _two_blocks_chunked(grads: torch.Tensor, chunk: int = 16384) -> torch.Tensor:
+    """The library's form for K >= 96 until session 16: :func:`_two_blocks`, one ``addmm_`` pair
+    per ``chunk`` columns."""
+    k, h = grads.shape[0], grads.shape[0] // 2
+    left = torch.zeros(k, h, dtype=grads.dtype)
+    corner = torch.zeros(k - h, k - h, dtype=grads.dtype)
+    for start in range(0, grads.shape[1], chunk):
+        block = grads[:, start : start + chunk]
+        left.addmm_(block, block[:h].T)
+        corner.addmm_(block[h:], block[h:].T)
+    gram = torch.empty(k, k, dtype=grads.dtype)
+    gram[:, :h] = left
+    gram[:h, h:] = left[h:].T
+    gram[h:, h:] = corner
+    return gram
+
+
+def _chunked(grads: torch.Tensor, chunk: int = 16384) -> torch.Tensor:
     gram = torch.zeros(grads.shape[0], grads.shape[0], dtype=grads.dtype)
     for start in range(0, grads.shape[1], chunk):
         block = grads[:, start : start + chunk]
@@ -52,7 +71,8 @@ VARIANTS = {
     "chunked": _chunked,  # one addmm_ per CHUNK columns (the library's form until session 15)
     "batched_chunks": gramian_module._chunked_product,  # the library's chunked form, at any size
     "two_blocks": _two_blocks,
-    "two_blocks_chunked": gramian_module._two_block_product,
+    "two_blocks_chunked": _two_blocks_chunked,
+    "block_rows": gramian_module._block_row_product,  # the library's form from K = 48, at any size
     "morl": gramian_module._product,  # what the library does now for this (K, D)
 }
 
@@ -80,7 +100,8 @@ def main() -> None:
     cache = gramian_module.last_level_cache_bytes()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); last-level cache "
           f"{'unknown' if cache is None else f'{cache / 2**20:g} MB'}, chunks from {gramian_module.CHUNK_MIN_BYTES / 2**20:g} MB "
-          f"for K in {gramian_module.CHUNKED_K}; ms (ratio to plain) [error]")
+          f"for K in {gramian_module.CHUNKED_K}; block rows of {gramian_module.BLOCK_ROWS} from K = {gramian_module.BLOCKED_K} "
+          f"and K²D >= {gramian_module.BLOCKED_MIN_WORK}; ms (ratio to plain) [error]")
     for k in (int(x) for x in args.ks.split(",")):
         for d in (int(float(x)) for x in args.ds.split(",")):
             cells = measure(k, d)

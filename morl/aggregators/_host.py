@@ -52,6 +52,22 @@ def inverse_lists(gram: torch.Tensor) -> list[list[float]] | None:
     return None if info.item() else torch.cholesky_inverse(factor).tolist()
 
 
+def inverse_factor(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float, float] | None:
+    """(L⁻¹ for G = L Lᵀ, G's diagonal, tr G, tr G⁻¹ = ‖L⁻¹‖_F²), in float64, for one CPU
+    Gramian of any K (no autograd): the larger-K counterpart of :func:`inverse_lists`, whose
+    Python lists cost K² reads. None where reads are not free or G is not positive definite in
+    float64. A non-finite G gives a NaN or infinite trace, which callers' certificates decline."""
+    if gram.dim() != 2 or gram.requires_grad or not reads_are_free(gram):
+        return None
+    g = gram.to(torch.float64)
+    factor, info = torch.linalg.cholesky_ex(g)
+    if info.item():
+        return None
+    inverse = torch.linalg.solve_triangular(factor, torch.eye(g.shape[0], dtype=torch.float64), upper=False)
+    diagonal = g.diagonal()
+    return inverse, diagonal, diagonal.sum().item(), inverse.square().sum().item()
+
+
 def eigh_2x2(a: float, b: float, c: float) -> tuple[list[float], list[list[float]]]:
     """:func:`eigh_lists` of the positive semi-definite [[a, b], [b, c]] (a Gramian: a, c ≥ 0) by
     one Jacobi rotation (Golub & Van Loan, Alg. 8.5.1 in angle form): λ = m ± r with

@@ -13,7 +13,7 @@ from operator import mul
 
 import torch
 
-from morl.aggregators._host import eigh_lists, eps, gramian_rows, inverse_lists, weights_tensor
+from morl.aggregators._host import as_list, eigh_lists, eps, gramian_rows, inverse_factor, inverse_lists, weights_tensor
 from morl.aggregators.base import GramianAggregator
 
 #: Σ_k (G⁺n)_k below this fraction of Σ_k |(G⁺n)_k| gives zero weights (no finite
@@ -57,10 +57,7 @@ def _imtl_g_host(gram: torch.Tensor, rows: list[list[float]]) -> list[float]:
             if abs(lam_j) > cut:
                 coef = sum(map(mul, e, norms)) / lam_j
                 v = [a + b * coef for a, b in zip(v, e)]
-    total = sum(v)
-    if not abs(total) > _sum_guard(k, gram.dtype) * sum(abs(x) for x in v):
-        return [0.0] * k
-    return [x / total for x in v]
+    return _normalised(v, gram.dtype)
 
 
 def _inverse_rows(gram: torch.Tensor, rows: list[list[float]]) -> list[list[float]] | None:
@@ -74,7 +71,35 @@ def _inverse_rows(gram: torch.Tensor, rows: list[list[float]]) -> list[list[floa
     if inverse is None:  # not positive definite in float64: rank-deficient, pinv decides
         return None
     trace, trace_inv = sum(rows[i][i] for i in range(k)), sum(inverse[i][i] for i in range(k))
-    return inverse if 2.0 * k * eps(gram.dtype) * trace * trace_inv < 1.0 else None
+    return inverse if _pinv_is_inverse(k, gram.dtype, trace, trace_inv) else None
+
+
+def _pinv_is_inverse(k: int, dtype: torch.dtype, trace: float, trace_inv: float) -> bool:
+    """The certificate of :func:`_inverse_rows` (False for a NaN or infinite trace)."""
+    return 2.0 * k * eps(dtype) * trace * trace_inv < 1.0
+
+
+def _imtl_g_inverted(gram: torch.Tensor) -> list[float] | None:
+    """:func:`imtl_g_weights` for one CPU Gramian of more rows than the Python path takes, as
+    L⁻ᵀ(L⁻¹n) from the Cholesky factor where :func:`_pinv_is_inverse` certifies it; else None.
+    Two triangular K×K solves instead of pinv's eigendecomposition: at K = 50 on a Zen 1 core
+    ~0.15 ms against ~1 ms for the pinv route and its ~18 K×K ops (session 16)."""
+    found = inverse_factor(gram)
+    if found is None:
+        return None
+    inverse, diagonal, trace, trace_inv = found
+    if not _pinv_is_inverse(gram.shape[-1], gram.dtype, trace, trace_inv):
+        return None
+    norms = diagonal.sqrt()  # G is positive definite here: every G_kk > 0
+    return _normalised(as_list(inverse.T @ (inverse @ norms)), gram.dtype)
+
+
+def _normalised(v: list[float], dtype: torch.dtype) -> list[float]:
+    """v / Σv, or zeros where Σv is below the rounding of its terms (:data:`SUM_GUARD`)."""
+    total = sum(v)
+    if not abs(total) > _sum_guard(len(v), dtype) * sum(abs(x) for x in v):
+        return [0.0] * len(v)
+    return [x / total for x in v]
 
 
 class IMTLG(GramianAggregator):
@@ -86,6 +111,9 @@ class IMTLG(GramianAggregator):
         rows = gramian_rows(gram)
         if rows is not None:  # one small CPU Gramian: in Python floats (morl.aggregators._host)
             return weights_tensor(_imtl_g_host(gram, rows), gram)
+        inverted = _imtl_g_inverted(gram)  # one larger CPU Gramian, certified invertible
+        if inverted is not None:
+            return weights_tensor(inverted, gram)
         return imtl_g_weights(gram).to(gram.dtype)
 
     def __repr__(self) -> str:

@@ -70,9 +70,10 @@ _RANGE = {dt: (torch.finfo(dt).tiny / torch.finfo(dt).eps, torch.finfo(dt).max) 
 #: against 0.44). From K = 12 on MKL's product ties or wins (1.00-1.09).
 CHUNKED_K = (2, 10)
 BMM_CHUNK = 8192
-#: columns per step of the two-block product (TRIANGLE_K), and the least D, in these, that the
-#: chunked product needs (4 of them)
-CHUNK = 16384
+#: the least D the chunked product takes (the 4 chunks of 16384 columns it was first measured
+#: with, session 12). It binds only where the bytes cut below is small: at K ≤ 10 every matrix
+#: of 3/4 of an 8 MB cache or more has ≥ 157 286 columns.
+CHUNKED_MIN_D = 65_536
 #: ... but only for matrices that do not stay in the last-level cache: MKL's plain product wins
 #: or ties on those. The break-even, in the matrix's bytes, measured with
 #: ``tools/gramian_variants.py`` (medians of interleaved calls, chunked / plain):
@@ -103,23 +104,35 @@ def chunk_min_bytes(cache_bytes: int | None) -> int:
 CHUNK_MIN_BYTES = chunk_min_bytes(last_level_cache_bytes())
 
 
-#: From this K on (CPU), G is formed from 2 row blocks: [all rows] × [first block]ᵀ and
-#: [second block] × [second block]ᵀ, 3/4 of the products, column chunk by column chunk (one
-#: pass). MKL runs the half-size products less efficiently, so this gains only from K ≈ 100 on:
-#: 2.04 against 2.24 ms at K = 100, D = 1e4; 236 against 251 ms at D = 1e6; at K = 50 it lost
-#: 15 %.
-TRIANGLE_K = 96
+#: From BLOCKED_K rows on (CPU, K²D ≥ BLOCKED_MIN_WORK), G is formed by block rows of
+#: BLOCK_ROWS: block row b is J_b [J_b; J_b+1; ...]ᵀ, the blocks on and right of the diagonal,
+#: and the rest is mirrored. With n blocks that is (n + 1) / 2n of the products (K = 100, n = 3:
+#: 2/3), and every product keeps all K - a columns of its block row wide, the shape MKL runs
+#: best. Zen 1, 1 thread (session 16; medians of interleaved calls), block rows / plain:
+#:
+#: - D = 2e5: K = 48..56 0.86-0.89, K = 64..80 0.81-0.86, K = 96..128 0.78-0.79, K = 200 0.72;
+#:   K = 50 at D = 3.4e5 and 1e6 0.87, K = 100 0.80-0.81;
+#: - smaller products lose to the extra calls and MKL's small-matrix path: K = 48..64 tie or
+#:   lose up to 5 % below D ≈ 2e4, K = 100 from D ≤ 2048, K = 200 from D ≤ 512. K²D ≥ 2^26
+#:   keeps every measured loss out (K = 50 from D = 26 844: 0.95 at 32 768; K = 100 from
+#:   D = 6711: 0.88-0.94; K = 200 from D = 1678).
+#:
+#: The former two half-size blocks, one ``addmm_`` per 16384 columns, gave 0.91-0.95 at
+#: K = 100 and lost 5-16 % at K = 50; 16-row blocks give 0.83-0.94, 24-row ones tie with 32.
+BLOCK_ROWS = 32
+BLOCKED_K = 48
+BLOCKED_MIN_WORK = 2**26
 
 
 def _product(grads: torch.Tensor) -> torch.Tensor:
     """``grads @ grads.T``, by column chunks (``CHUNKED_K`` rows, from ``CHUNK_MIN_BYTES``) or
-    triangular blocks (``TRIANGLE_K``) where that is faster on CPU."""
+    block rows (from ``BLOCKED_K`` rows) where that is faster on CPU."""
     k, d = grads.shape[-2], grads.shape[-1]
     if grads.device.type != "cpu" or grads.dim() != 2:
         return grads @ grads.transpose(-2, -1)
-    if k >= TRIANGLE_K:
-        return _two_block_product(grads)
-    if not CHUNKED_K[0] <= k <= CHUNKED_K[1] or d < 4 * CHUNK or k * d * grads.element_size() < CHUNK_MIN_BYTES:
+    if k >= BLOCKED_K and k * k * d >= BLOCKED_MIN_WORK:
+        return _block_row_product(grads)
+    if not CHUNKED_K[0] <= k <= CHUNKED_K[1] or d < CHUNKED_MIN_D or k * d * grads.element_size() < CHUNK_MIN_BYTES:
         return grads @ grads.transpose(-2, -1)
     return _chunked_product(grads)
 
@@ -138,20 +151,26 @@ def _chunked_product(grads: torch.Tensor) -> torch.Tensor:
     return gram
 
 
-def _two_block_product(grads: torch.Tensor) -> torch.Tensor:
-    """G = J Jᵀ from G[:, :h] = J J_1ᵀ and G[h:, h:] = J_2 J_2ᵀ (h = K/2), G[:h, h:] mirrored."""
-    k, h = grads.shape[0], grads.shape[0] // 2
-    left = torch.zeros(k, h, dtype=grads.dtype)
-    corner = torch.zeros(k - h, k - h, dtype=grads.dtype)
-    for start in range(0, grads.shape[1], CHUNK):
-        block = grads[:, start : start + CHUNK]
-        left.addmm_(block, block[:h].T)
-        corner.addmm_(block[h:], block[h:].T)
+def block_row_starts(k: int) -> list[int]:
+    """First rows of the blocks of :func:`_block_row_product`: every BLOCK_ROWS, with a last
+    block of fewer than BLOCK_ROWS / 2 rows merged into the one before (a thin product costs
+    nearly as much as a full one)."""
+    starts = list(range(0, k, BLOCK_ROWS))
+    if len(starts) > 1 and k - starts[-1] < BLOCK_ROWS // 2:
+        starts.pop()
+    return starts
+
+
+def _block_row_product(grads: torch.Tensor) -> torch.Tensor:
+    """G = J Jᵀ from its upper block rows G[a:b, a:] = J[a:b] J[a:]ᵀ, mirrored (exactly
+    symmetric). Each row slice is a view, for any strides."""
+    k = grads.shape[0]
+    starts = block_row_starts(k)
     gram = torch.empty(k, k, dtype=grads.dtype)
-    gram[:, :h] = left
-    gram[:h, h:] = left[h:].T
-    gram[h:, h:] = corner
-    return gram
+    for a, b in zip(starts, starts[1:] + [k]):
+        gram[a:b, a:] = grads[a:b] @ grads[a:].T
+    upper = gram.triu()  # below the diagonal blocks `gram` holds whatever torch.empty left
+    return upper + upper.triu(1).T
 
 
 def _rescaled_gramian(grads: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
