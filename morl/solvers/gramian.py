@@ -110,8 +110,8 @@ CHUNK_MIN_BYTES = chunk_min_bytes(last_level_cache_bytes())
 #: 2/3), and every product keeps all K - a columns of its block row wide, the shape MKL runs
 #: best. Zen 1, 1 thread (session 16; medians of interleaved calls), block rows / plain:
 #:
-#: - D = 2e5: K = 48..56 0.86-0.89, K = 64..80 0.81-0.86, K = 96..128 0.78-0.79, K = 200 0.72;
-#:   K = 50 at D = 3.4e5 and 1e6 0.87, K = 100 0.80-0.81;
+#: - D = 2e5: K = 48..64 0.87, K = 80..128 0.78-0.81, K = 200 0.73; at D = 1e4 from 0.99
+#:   (K = 48) down to 0.76 (K = 200); K = 50 at D = 3.4e5 and 1e6 0.87, K = 100 0.80-0.81;
 #: - smaller products lose to the extra calls and MKL's small-matrix path: K = 48..64 tie or
 #:   lose up to 5 % below D ≈ 2e4, K = 100 from D ≤ 2048, K = 200 from D ≤ 512. K²D ≥ 2^26
 #:   keeps every measured loss out (K = 50 from D = 26 844: 0.95 at 32 768; K = 100 from
