@@ -87,7 +87,8 @@ def test_no_columns_give_an_empty_direction(mode):
 
 
 def test_a_non_finite_one_column_row_is_named():
-    """D = 1: the input check, not the output check, reports objective 1's gradient."""
+    """D = 1: objective 1's gradient is named, not a non-finite direction (Mean checks only its
+    direction and traces a non-finite one back to its row)."""
     grads = torch.tensor([[1.0], [float("inf")], [2.0]], dtype=torch.float64)
     with pytest.raises(ValueError, match=r"objective 1 has a non-finite \(NaN/inf\) gradient"):
         build("mean")(grads)
@@ -168,3 +169,66 @@ def test_losses_of_another_dtype_are_cast_to_the_gradients():
     agg(g, torch.tensor([0.5, 2.0], dtype=torch.float64))
     assert agg.y.dtype == torch.float32
     assert torch.equal(agg.y, torch.tensor([[0.5, 1.0], [6.0, -2.0]]))
+
+
+def _non_gramian_methods() -> list[str]:
+    from morl.aggregators import available
+    from morl.aggregators.base import GramianAggregator
+
+    return [n for n in available() if build(n).needs_grads and not isinstance(build(n), GramianAggregator)]
+
+
+@pytest.mark.parametrize("name", _non_gramian_methods())
+def test_every_non_gramian_method_names_the_row_with_a_nan_or_inf(name):
+    """Methods without a Gramian check the whole matrix in one min/max pass (Mean: its direction
+    only) and name the row only after that fails: NaN, +inf and -inf in any column of row 2,
+    and +inf / -inf in one column of rows 1 and 3 (Mean's column sum is then NaN, the first named)."""
+    gen = torch.Generator().manual_seed(1)
+    losses = torch.tensor([0.4, 0.9, 1.3, 0.7], dtype=torch.float64)
+    agg = build(name)
+    needs = agg.needs_losses
+    for bad_value in (float("nan"), float("inf"), -float("inf")):
+        for column in (0, 3, 6):
+            grads = torch.randn(4, 7, generator=gen, dtype=torch.float64)
+            grads[2, column] = bad_value
+            with pytest.raises(ValueError, match=r"objective 2 has a non-finite \(NaN/inf\) gradient"):
+                agg(grads, losses) if needs else agg(grads)
+    grads = torch.randn(4, 7, generator=gen, dtype=torch.float64)
+    grads[1, 4], grads[3, 4] = float("inf"), -float("inf")
+    with pytest.raises(ValueError, match=r"objective 1 has a non-finite \(NaN/inf\) gradient"):
+        agg(grads, losses) if needs else agg(grads)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_mean_makes_no_pass_over_the_input_to_check_it(reduction, monkeypatch):
+    """Mean's check reads only the [D] direction (a NaN/inf input entry makes its column's sum
+    NaN/inf), under both policies; an overflow of finite rows is still reported as such."""
+    import morl.aggregators.base as base
+
+    seen = []
+    real = base._all_finite
+    monkeypatch.setattr(base, "_all_finite", lambda x: seen.append(x.dim()) or real(x))
+    monkeypatch.setattr(base, "_finite_rows", lambda g: pytest.fail("a per-row pass over finite rows"))
+    for mode in ("raise", "skip"):
+        out = build("mean", reduction=reduction, check_finite=mode)(FINITE)
+        torch.testing.assert_close(out, FINITE.mean(0) if reduction == "mean" else FINITE.sum(0), rtol=0, atol=0)
+    assert seen == [1, 1]
+
+
+def test_an_overflow_of_finite_rows_is_not_blamed_on_a_row():
+    """Mean, float32 rows of 3e38 summed: every row is finite, so the error says the direction is
+    non-finite, not that an objective is."""
+    rows = torch.tensor([[3e38, 1.0], [3e38, 1.0]], dtype=torch.float32)
+    with pytest.raises(ValueError, match="Mean produced a non-finite direction from finite gradients"):
+        build("mean", reduction="sum")(rows)
+
+
+def test_tracing_finite_input_raises_nothing():
+    """The tracer after a failed whole-matrix test: finite rows and losses name nothing (an
+    overflowed Gramian off the CPU lets the method run; the output check then decides)."""
+    from morl.aggregators.base import _raise_nonfinite_input
+
+    assert _raise_nonfinite_input(FINITE, torch.ones(2, dtype=torch.float64)) is None
+    assert _raise_nonfinite_input(FINITE, None) is None
+    with pytest.raises(ValueError, match=r"objective 0 has a non-finite \(NaN/inf\) loss"):
+        _raise_nonfinite_input(FINITE, torch.tensor([float("inf"), 1.0], dtype=torch.float64))

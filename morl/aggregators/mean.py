@@ -13,6 +13,11 @@ REDUCTIONS = ("mean", "sum")
 class Mean(Aggregator):
     """d = (1/K) Σ_k g_k (``reduction="mean"``) or Σ_k g_k (``"sum"``). Stateless, linear."""
 
+    #: the non-finite policy checks only the [D] direction: a NaN/inf entry anywhere in a
+    #: column makes that column's sum NaN/inf (0.27 against 1.5 ms for the [K, D] pass at K = 10,
+    #: D = 344 008 on a Zen 1)
+    output_reveals_input = True
+
     def __init__(self, reduction: str = "mean", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
         check_choice("Mean", "reduction", reduction, REDUCTIONS)
