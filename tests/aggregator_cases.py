@@ -79,6 +79,9 @@ CASES: dict[str, Case] = {
     "krum": Case(linear=True),  # ties (K − f − 2 = 1: a mutual nearest pair) go to the lower index
     "trimmed_mean": Case(permutation_invariant=True, linear=True),
     "cr_mogm": Case(permutation_invariant=True, linear=True, stateful=True),
+    # excess-risk weights (tests/test_excess_mtl.py): each task's Ê from its own row and its
+    # own statistics, a symmetric softmax; the first step uses the unscaled Ê, so not linear
+    "excess_mtl": Case(permutation_invariant=True, stateful=True),
 }
 
 #: extra configurations checked beyond each name's row (name, options, case)

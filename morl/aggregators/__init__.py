@@ -35,6 +35,7 @@ REGISTRY: dict[str, str] = {
     "krum": "morl.aggregators.krum:Krum",
     "trimmed_mean": "morl.aggregators.trimmed_mean:TrimmedMean",
     "cr_mogm": "morl.aggregators.cr_mogm:CRMOGM",
+    "excess_mtl": "morl.aggregators.excess_mtl:ExcessMTL",
 }
 
 

@@ -57,6 +57,7 @@ def _pairs() -> dict[str, Pair]:
             {"base": "mgda", "alpha": 0.9}, "MGDA weights smoothed with alpha=0.9 (TorchJD: CRMOGMWeighting(MGDAWeighting()))",
         ),
         "krum": Pair(lambda k: tj.Krum(n_byzantine=1, n_selected=1), {"n_byzantine": 1, "m": 1}, "n_byzantine=1, one selected (K >= 5)"),
+        "excessmtl": Pair(lambda k: tj.ExcessMTL(), {}, "defaults (first call: weights from the unscaled excess risks)"),
     }
 
 
