@@ -109,6 +109,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # against its own tests: each helper is checked there against LAPACK, exact rational
     # arithmetic or the methods' torch paths
     "morl/aggregators/_host.py": (["morl/aggregators/_host.py"], ["tests/test_host_path.py"]),
+    # session 16: ExcessMTL, against its own tests and the contract rows naming it
+    "morl/aggregators/excess_mtl.py": (
+        ["morl/aggregators/excess_mtl.py"],
+        [*_AGGREGATOR_TESTS, "tests/test_excess_mtl.py", "-k", "excess"],
+    ),
     "morl/aggregators/krum.py": (  # robust aggregation for federated learning
         [f"morl/aggregators/{name}.py" for name in ("krum", "trimmed_mean")],
         [*_AGGREGATOR_TESTS, "tests/test_robust_aggregators.py", "tests/test_host_path.py",
