@@ -232,3 +232,21 @@ def test_tracing_finite_input_raises_nothing():
     assert _raise_nonfinite_input(FINITE, None) is None
     with pytest.raises(ValueError, match=r"objective 0 has a non-finite \(NaN/inf\) loss"):
         _raise_nonfinite_input(FINITE, torch.tensor([float("inf"), 1.0], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", ["mean", "epo_al", "mgda"])
+def test_finite_input_never_takes_the_per_row_pass(name, monkeypatch):
+    """With finite gradients and losses the rows are never examined one by one (that pass only
+    names the bad row once the whole-matrix, Gramian or direction test has failed)."""
+    import morl.aggregators.base as base
+
+    monkeypatch.setattr(base, "_finite_rows", lambda g: pytest.fail("a per-row pass over finite rows"))
+    build(name)(FINITE, torch.tensor([0.5, 1.5], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", ["mean", "epo_al"])
+def test_no_columns_and_a_nan_loss_name_the_loss(name):
+    """D = 0 (nothing to reduce over the rows) with a NaN loss: the loss is named."""
+    losses = torch.tensor([1.0, float("nan"), 2.0], dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"objective 1 has a non-finite \(NaN/inf\) loss"):
+        build(name)(torch.zeros(3, 0, dtype=torch.float64), losses)
