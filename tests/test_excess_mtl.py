@@ -62,11 +62,12 @@ def test_weights_follow_the_equations(warmup, eta):
 @pytest.mark.parametrize("warmup", [0, 3])
 def test_against_torchjd(warmup):
     """TorchJD 0.18's ExcessMTL (its weights start at 1/m and sum to 1, as here) over 8 calls
-    of K = 2, 5 in float32 and float64: directions to 1e-6 / 1e-12 relative (measured over
-    seeds 0..9: 3.8e-7 and 9.9e-16)."""
+    of K = 2, 5 in float32 and float64: directions to 4e-6 / 1e-12 relative (measured over
+    seeds 0..9: 3.8e-7 and 9.9e-16; float32's bound leaves room for other CPUs' kernels, whose
+    rsqrt and sums round differently, while any formula error is off by 1e-2 or more)."""
     tj = pytest.importorskip("torchjd.aggregation")
     for k in (2, 5):
-        for dtype, tol in ((torch.float32, 1e-6), (torch.float64, 1e-12)):
+        for dtype, tol in ((torch.float32, 4e-6), (torch.float64, 1e-12)):
             ours, theirs = build("excess_mtl", warmup=warmup), tj.ExcessMTL(n_warmup_steps=warmup)
             for grads in _calls(k, k, 40, 8):
                 grads = grads.to(dtype)
