@@ -82,6 +82,11 @@ CASES: dict[str, Case] = {
     # excess-risk weights (tests/test_excess_mtl.py): each task's Ê from its own row and its
     # own statistics, a symmetric softmax; the first step uses the unscaled Ê, so not linear
     "excess_mtl": Case(permutation_invariant=True, stateful=True),
+    # priority-constrained descent (tests/test_pcd.py): row 0 is the primary objective, so
+    # not permutation invariant; the rows are normalised by their running average of ‖g‖²
+    # plus ε, so not exactly linear; the primary can get worse (its gradient is followed only
+    # as closely as the secondaries' constraints allow), so not non-conflicting
+    "pcd": Case(stateful=True),
 }
 
 #: extra configurations checked beyond each name's row (name, options, case)

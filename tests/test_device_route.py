@@ -30,7 +30,7 @@ from jacobians import randomly_spread
 #: every module that asks whether reading a value is free
 ROUTE_MODULES = ("morl.aggregators._host", "morl.aggregators.cagrad", "morl.solvers.alpha_fair",
                  "morl.solvers.dual_cone", "morl.solvers.gramian", "morl.solvers.min_norm",
-                 "morl.solvers.simplex_descent")
+                 "morl.solvers.priority_qp", "morl.solvers.simplex_descent")
 #: |d_cpu − d_branch_free| / max_k ‖g_k‖ where both converged. Measured over seeds 0-9 (64
 #: problems each), worst over all methods and options: 2.3e-6 in float32 (CAGrad, c = 0.9),
 #: 1.6e-10 in float64 (FairGrad and Nash-MTL: their Newton steps stop on tolerances); the branch-

@@ -76,6 +76,9 @@ CPU_ONLY_READS = frozenset({
     ("morl/aggregators/cagrad.py", "_dropped_negatives_start"),
     ("morl/aggregators/cagrad.py", "cagrad_dual_solve"),
     ("morl/aggregators/cagrad.py", "_active_set_steps"),
+    # PCD's QP (K > 16 and past the Python path): the rounds' certificate, the steps' early exit
+    ("morl/solvers/priority_qp.py", "pdas_rounds"),
+    ("morl/solvers/priority_qp.py", "solve_masked"),
 })
 
 #: (name, options): values fixed at construction that the first call copies to the device

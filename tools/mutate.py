@@ -114,6 +114,11 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         ["morl/aggregators/excess_mtl.py"],
         [*_AGGREGATOR_TESTS, "tests/test_excess_mtl.py", "-k", "excess"],
     ),
+    # session 17: PCD and its QP solver, against its own tests and the contract rows naming it
+    "morl/aggregators/pcd.py": (
+        ["morl/aggregators/pcd.py", "morl/solvers/priority_qp.py"],
+        [*_AGGREGATOR_TESTS, "tests/test_pcd.py", "-k", "pcd"],
+    ),
     "morl/aggregators/krum.py": (  # robust aggregation for federated learning
         [f"morl/aggregators/{name}.py" for name in ("krum", "trimmed_mean")],
         [*_AGGREGATOR_TESTS, "tests/test_robust_aggregators.py", "tests/test_host_path.py",

@@ -36,6 +36,7 @@ REGISTRY: dict[str, str] = {
     "trimmed_mean": "morl.aggregators.trimmed_mean:TrimmedMean",
     "cr_mogm": "morl.aggregators.cr_mogm:CRMOGM",
     "excess_mtl": "morl.aggregators.excess_mtl:ExcessMTL",
+    "pcd": "morl.aggregators.pcd:PCD",
 }
 
 

@@ -58,6 +58,7 @@ def _pairs() -> dict[str, Pair]:
         ),
         "krum": Pair(lambda k: tj.Krum(n_byzantine=1, n_selected=1), {"n_byzantine": 1, "m": 1}, "n_byzantine=1, one selected (K >= 5)"),
         "excessmtl": Pair(lambda k: tj.ExcessMTL(), {}, "defaults (first call: weights from the unscaled excess risks)"),
+        "pcd": Pair(lambda k: tj.PCD(), {}, "defaults (tau=0.02, beta=0.999, eps=1e-8; row 0 is the primary objective)"),
     }
 
 
