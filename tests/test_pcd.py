@@ -140,8 +140,30 @@ def test_a_zero_projection_gives_zero_and_tau_zero_keeps_a_free_primary():
     # a secondary gradient that already gains more than τ: its constraint is inactive, d = g₁
     rows = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]], dtype=torch.float64)
     assert torch.allclose(build("pcd", tau=0.2)(rows), rows[0], rtol=0, atol=1e-15)
-    # one objective: d = g₁
-    assert torch.allclose(build("pcd")(rows[:1]), rows[0], rtol=0, atol=1e-15)
+    # one objective: d = g₁, nothing to solve (so nothing unfinished)
+    single = build("pcd")
+    assert torch.allclose(single(rows[:1]), rows[0], rtol=0, atol=1e-15)
+    assert int(single.stats.get("not_converged", torch.zeros((), dtype=torch.int64))) == 0
+
+
+@pytest.mark.parametrize("factor,nonzero", [(6.0, True), (2.0, False)])
+def test_the_zero_direction_threshold_is_ten_ulps_of_the_squared_magnitude(factor, nonzero):
+    # τ = 0, g₁ = e₁, g₂ = (−1, δ): d̃ = g̃₁ projected onto {g̃₂ᵀd ≥ 0}, ‖d̃‖² = δ²/(1 + δ²)
+    # (first call: both rows normalised to ~1), w̃ = [1, 1/‖g̃₂‖] so (Σ|w̃_i|‖g̃_i‖)² = 4:
+    # d is zero exactly when ‖d̃‖² ≤ 10ε · 4. δ puts ‖d̃‖² at ``factor`` × 10ε.
+    precision = 10 * torch.finfo(torch.float64).eps
+    delta = math.sqrt(factor * precision)
+    rows = torch.tensor([[1.0, 0.0], [-1.0, delta]], dtype=torch.float64)
+    out = build("pcd", tau=0.0)(rows)
+    assert bool((out != 0).any()) == nonzero
+
+
+def test_a_row_that_was_always_zero_gets_scale_zero_with_eps_zero():
+    # v̂ + ε = 0: its constraint 0 ≥ 0 holds, and its scale is 0 (not a division by zero)
+    rows = torch.tensor([[1.0, 2.0], [0.0, 0.0], [-1.0, 0.5]], dtype=torch.float64)
+    out = build("pcd", eps=0.0, tau=0.1)(rows)
+    expected = build("pcd", eps=0.0, tau=0.1)(rows[[0, 2]])
+    assert torch.allclose(out, expected, rtol=0, atol=1e-15)
 
 
 def test_the_secondary_gets_exactly_its_share_when_it_conflicts():
@@ -160,15 +182,19 @@ def test_the_secondary_gets_exactly_its_share_when_it_conflicts():
     assert g2.dot(d_tilde).item() == pytest.approx(tau * g2.dot(g2).item(), rel=1e-12)
 
 
-def test_the_moving_average_follows_its_formula():
+@pytest.mark.parametrize("k", [3, 20])  # the Python path and the torch path
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_moving_average_follows_its_formula(k, dtype):
+    # kept in float64 whatever the gradients' dtype, the step count as an int64 tensor
     agg = build("pcd", beta=0.9)
     g = torch.Generator().manual_seed(3)
-    ema = torch.zeros(3, dtype=torch.float64)
+    ema = torch.zeros(k, dtype=torch.float64)
     for step in range(1, 5):
-        rows = torch.randn(3, 8, generator=g, dtype=torch.float64)
+        rows = torch.randn(k, 8, generator=g, dtype=torch.float64).to(dtype)
         agg(rows)
-        ema = 0.9 * ema + 0.1 * rows.square().sum(1)
-        assert torch.allclose(agg.sq_norm_ema, ema, rtol=1e-14, atol=0)
+        ema = 0.9 * ema + 0.1 * (rows.double() @ rows.double().T).diagonal()
+        assert agg.sq_norm_ema.dtype == torch.float64 and agg.steps.dtype == torch.int64
+        assert torch.allclose(agg.sq_norm_ema, ema, rtol=1e-6 if dtype == torch.float32 else 1e-14, atol=0)
         assert int(agg.steps) == step
 
 
@@ -208,13 +234,28 @@ def test_an_unfinished_solve_is_counted_not_hidden(k, monkeypatch):
     assert int(full.stats.get("not_converged", torch.zeros(()))) == 0
 
 
-def test_a_shape_change_raises_and_reset_starts_over():
+@pytest.mark.parametrize("k", [2, 20])
+def test_max_iter_steps_are_enough_for_max_iter_constraints(k, monkeypatch):
+    # a conflicting problem whose K − 1 constraints are all added, one step each, no drop
+    monkeypatch.setattr(priority_qp, "PDAS_ROUNDS", 0)
+    rows = torch.eye(k, dtype=torch.float64)
+    rows[1:, 0] = -1.0  # every secondary conflicts with g₁ = e₁; their other parts are orthogonal
+    exact = build("pcd", max_iter=k - 1)
+    exact(rows)
+    assert int(exact.stats.get("not_converged", torch.zeros(()))) == 0
+    short = build("pcd", max_iter=max(1, k - 2))
+    short(rows)
+    assert int(short.stats.get("not_converged", torch.zeros(()))) == (k > 2)
+
+
+@pytest.mark.parametrize("k", [3, 20])  # the Python path and the torch path
+def test_a_shape_change_raises_and_reset_starts_over(k):
     agg = build("pcd")
-    agg(_problem(0, 3, 3))
-    with pytest.raises(ValueError, match=r"PCD holds averages for 3 objectives but got 4; call reset\(\) to start over"):
-        agg(_problem(0, 4, 4))
+    agg(_problem(0, k, k))
+    with pytest.raises(ValueError, match=rf"PCD holds averages for {k} objectives but got {k + 1}; call reset\(\) to start over"):
+        agg(_problem(0, k + 1, k + 1))
     agg.reset()
-    assert torch.isfinite(agg(_problem(0, 4, 4))).all()
+    assert torch.isfinite(agg(_problem(0, k + 1, k + 1))).all()
 
 
 @pytest.mark.parametrize("options,message", [

@@ -135,9 +135,7 @@ class PCD(GramianAggregator):
             ema = torch.zeros_like(sq_norms)
             steps = torch.zeros((), dtype=torch.int64, device=sq_norms.device)
         elif ema.shape != sq_norms.shape:
-            raise ValueError(
-                f"PCD holds averages for {ema.shape[0]} objectives but got {sq_norms.shape[0]}; call reset() to start over"
-            )
+            _raise_shape_change(ema.shape[0], sq_norms.shape[0])
         ema = self.beta * ema.to(sq_norms) + (1.0 - self.beta) * sq_norms
         steps = steps + 1
         denominators = torch.sqrt(ema / (1.0 - torch.pow(self.beta, steps.to(torch.float64))) + self.eps)
@@ -148,7 +146,7 @@ class PCD(GramianAggregator):
         """:meth:`_update_scales` in Python floats, for the CPU path."""
         ema, steps = ([0.0] * len(sq_norms), 0) if self.sq_norm_ema is None else (as_list(self.sq_norm_ema), as_list(self.steps))
         if len(ema) != len(sq_norms):
-            self._update_scales(torch.zeros(len(sq_norms), dtype=torch.float64))  # raises the shape error
+            _raise_shape_change(len(ema), len(sq_norms))
         ema = [self.beta * e + (1.0 - self.beta) * sq for e, sq in zip(ema, sq_norms)]
         steps += 1
         # the registered buffers, set past nn.Module.__setattr__ (~15 µs a call here)
@@ -160,3 +158,7 @@ class PCD(GramianAggregator):
 
     def __repr__(self) -> str:
         return f"PCD(tau={self.tau!r}, beta={self.beta:g}, eps={self.eps:g})"
+
+
+def _raise_shape_change(held: int, got: int) -> None:
+    raise ValueError(f"PCD holds averages for {held} objectives but got {got}; call reset() to start over")

@@ -73,13 +73,15 @@ def solve_host(a: list[list[float]], b: list[float], dependence_tol: float, max_
     n = len(b)
     atol = TOL * max([a[j][j] for j in range(n)] + [math.ulp(0.0)])
     mu, active, steps = [0.0] * n, [], 0
-    while steps < max_iter:
+    while True:
         slack = [_dot(a[j], mu) - b[j] for j in range(n)]
         for j in active:  # active constraints hold with equality (up to rounding)
             slack[j] = 0.0
         p = min(range(n), key=slack.__getitem__)
         if slack[p] >= -atol:
             return mu, True
+        if steps >= max_iter:
+            return [max(m, 0.0) for m in mu], False
         while steps < max_iter:  # add p, dropping blocking constraints first
             steps += 1
             r, full, partial, k = _host_step(a, mu, active, p, _dot(a[p], mu) - b[p], dependence_tol)
@@ -94,7 +96,6 @@ def solve_host(a: list[list[float]], b: list[float], dependence_tol: float, max_
                 break
             mu[active[k]] = 0.0
             del active[k]
-    return [max(m, 0.0) for m in mu], False
 
 
 def _host_step(a, mu, active, p, slack_p, dependence_tol) -> tuple[list[float], float, float, int]:
