@@ -295,6 +295,10 @@ class GramianAggregator(Aggregator):
     """
 
     _gram_of: tuple[torch.Tensor, torch.Tensor, float | None] | None = None
+    #: False: :meth:`weights_from_gramian` gets G / max_k G_kk (the weights of most methods are
+    #: scale-free in G). True for methods whose weights live in the gradients' units (Nash-MTL
+    #: and FairGrad: α ~ 1/‖g‖; PCD: a running average of ‖g_k‖²): they get G itself.
+    gramian_in_units: bool = False
     #: gram_scale's threshold (sqrt of the smallest normal number) per dtype, looked up once
     _TINY_SCALE = {dt: torch.finfo(dt).tiny ** 0.5 for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
 
@@ -324,8 +328,9 @@ class GramianAggregator(Aggregator):
         # G. G stays in the gradients' dtype so that solvers know how precisely it is known
         # (their ridges and tolerances are a few rounding units of it); they solve in float64.
         gram, top = self._cached_gramian(grads)
-        # On CPU the largest diagonal entry was already read as a float: divide by it directly
-        gram = gram / (top if top is not None and top > self._TINY_SCALE[gram.dtype] else gram_scale(gram))
+        if not self.gramian_in_units:
+            # on CPU the largest diagonal entry was already read as a float: divide by it directly
+            gram = gram / (top if top is not None and top > self._TINY_SCALE[gram.dtype] else gram_scale(gram))
         w = self.weights_from_gramian(gram)
         if w.dtype != grads.dtype:
             w = w.to(grads.dtype)

@@ -32,6 +32,8 @@ class FairGrad(GramianAggregator):
     Unconverged solves count in ``not_converged``. Stateless.
     """
 
+    gramian_in_units = True  # w scales as ‖g‖^(−2α/(α+1)): the Gramian in the gradients' units
+
     def __init__(
         self, alpha: float = 1.0, max_norm: float = 1.0, max_iter: int = 50, tol: float = 1e-8, check_finite: str = "raise",
     ) -> None:
@@ -44,11 +46,6 @@ class FairGrad(GramianAggregator):
         self.max_norm = float(max_norm)
         self.max_iter = max_iter
         self.tol = float(tol)
-
-    def _gram_weights(self, grads: torch.Tensor) -> tuple[torch.Tensor, float | None]:
-        # w scales as ‖g‖^(−2α/(α+1)): the Gramian is used in the gradients' units
-        gram, top = self._cached_gramian(grads)
-        return self.weights_from_gramian(gram).to(grads.dtype), top
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         """K·w (clipped) for ``gram`` = J Jᵀ in the gradients' units."""

@@ -41,6 +41,8 @@ class NashMTL(GramianAggregator):
     ``not_converged``. State: ``alpha`` (the last α, unclipped; warm start and reuse).
     """
 
+    gramian_in_units = True  # α ~ 1/‖g‖: the Gramian in the gradients' units
+
     def __init__(
         self, max_norm: float = 1.0, update_weights_every: int = 1, max_iter: int = 50, tol: float = 1e-8,
         check_finite: str = "raise",
@@ -56,11 +58,6 @@ class NashMTL(GramianAggregator):
         self.tol = float(tol)
         self._step = 0
         self.register_buffer("alpha", None)
-
-    def _gram_weights(self, grads: torch.Tensor) -> tuple[torch.Tensor, float | None]:
-        # α lives in the gradients' units (α ~ 1/‖g‖), so the Gramian is NOT normalised here
-        gram, top = self._cached_gramian(grads)
-        return self.weights_from_gramian(gram).to(grads.dtype), top
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         """Clipped Nash weights for ``gram`` = J Jᵀ in the gradients' units (any scale)."""

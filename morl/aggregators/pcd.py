@@ -38,6 +38,8 @@ class PCD(GramianAggregator):
     ``not_converged``). State (buffers): ``sq_norm_ema`` [K] (float64) and ``steps``.
     """
 
+    gramian_in_units = True  # the moving average is of ‖g_k‖² in the gradients' units
+
     def __init__(
         self, tau: float | list[float] = 0.02, beta: float = 0.999, eps: float = 1e-8, max_iter: int | None = None,
         check_finite: str = "raise",
@@ -56,11 +58,6 @@ class PCD(GramianAggregator):
         self.beta, self.eps, self.max_iter = float(beta), float(eps), max_iter
         self.register_buffer("sq_norm_ema", None)
         self.register_buffer("steps", None)
-
-    def _gram_weights(self, grads: torch.Tensor) -> tuple[torch.Tensor, float | None]:
-        # the moving average is of ‖g_i‖² in the gradients' units: the Gramian is not normalised
-        gram, top = self._cached_gramian(grads)
-        return self.weights_from_gramian(gram).to(grads.dtype), top
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         """Weights for ``gram`` = J Jᵀ ([K, K], the gradients' units); updates the average."""
