@@ -270,14 +270,6 @@ def test_bad_options_name_what_is_allowed(options, message):
         build("pcd", **options)
 
 
-def test_state_dict_round_trip_continues_identically():
-    first, second = build("pcd"), build("pcd")
-    first(_problem(0, 5, 5))
-    second.load_state_dict(first.state_dict())
-    rows = _problem(1, 5, 5)
-    assert torch.equal(first(rows), second(rows))
-
-
 def test_pdas_rounds_certify_the_optimum_or_decline():
     # on the CPU the rounds run first; a wrong update rule or certificate would make them
     # decline (the masked method then hides it) or return a non-optimal μ: checked here
