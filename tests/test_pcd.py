@@ -209,15 +209,18 @@ def test_a_secondary_scaled_at_every_call_changes_nothing():
         assert torch.allclose(scaled(big), plain(rows), rtol=0, atol=1e-9 * rows[0].norm().item())
 
 
-def test_one_tau_per_secondary_objective():
-    # τ = 0 for objective 2 leaves it unconstrained in effect; a list sets each one
-    rows = _problem(11, 3, 3)
-    per_objective = build("pcd", tau=[0.0, 0.3])(rows)
-    history = [rows.square().sum(1)]
-    expected = reference_direction(rows, history, [0.0, 0.3])
-    assert torch.allclose(per_objective, expected, rtol=0, atol=1e-10)
-    with pytest.raises(ValueError, match=r"tau has 2 values; allowed: one per secondary objective \(3 for K = 4\)"):
-        build("pcd", tau=[0.0, 0.3])(_problem(11, 4, 4))
+def test_one_tau_per_secondary_objective(route):
+    # a list sets each secondary objective's τ (the torch routes copy it to the device once)
+    rows = _problem(11, 4, 4)
+    agg = build("pcd", tau=[0.0, 0.3, 0.1])
+    history = []
+    for call in range(2):
+        rows = _problem(11 + call, 4, 4)
+        history.append(rows.square().sum(1))
+        expected = reference_direction(rows, history, [0.0, 0.3, 0.1])
+        assert torch.allclose(agg(rows), expected, rtol=0, atol=1e-10)
+    with pytest.raises(ValueError, match=r"tau has 3 values; allowed: one per secondary objective \(4 for K = 5\)"):
+        build("pcd", tau=[0.0, 0.3, 0.1])(_problem(11, 5, 5))
 
 
 @pytest.mark.parametrize("k", [4, 20])
