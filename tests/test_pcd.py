@@ -304,3 +304,26 @@ def test_pdas_rounds_decline_dependent_gradients():
     assert bool(feasible) and bool(converged)
     d = rows[0] + mu @ rows[1:]
     assert (rows[1:] @ d - 0.1 * rows[1:].square().sum(1)).min() > -1e-12  # every constraint met
+
+
+def test_a_tau_list_is_copied_to_a_device_once():
+    from host_traffic import HostTraffic, forbid_host_traffic
+
+    agg = build("pcd", tau=[0.1, 0.2], check_finite="off")
+    rows = torch.empty(3, 5, device="meta")
+    agg(rows)  # the first call on the device copies τ there
+    with forbid_host_traffic():
+        agg(rows)
+        agg(rows)
+    fresh = build("pcd", tau=[0.1, 0.2], check_finite="off")
+    with forbid_host_traffic(), pytest.raises(HostTraffic):  # the guard sees the first copy
+        fresh(rows)
+
+
+def test_the_masked_method_reports_infeasible_constraints_with_zero_multipliers():
+    # two opposite secondary gradients, τ > 0: no d gains on both
+    rows = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, -1.0, 0.0]], dtype=torch.float64)
+    a, b = priority_qp.dual_terms(rows @ rows.T, torch.full((2,), 0.1, dtype=torch.float64))
+    mu, feasible, converged = priority_qp.solve_masked(a, b, 1e-9, 20)
+    assert torch.equal(mu, torch.zeros(2, dtype=torch.float64)) and not bool(feasible) and bool(converged)
+    assert priority_qp.solve_host(a.tolist(), b.tolist(), 1e-9, 20) == (None, True)
