@@ -116,7 +116,7 @@ def test_against_torchjd(k, dtype, bound):
     assert worst < bound
 
 
-def test_a_zero_primary_gradient_gives_zero():
+def test_a_zero_primary_gradient_gives_zero(route):
     rows = torch.tensor([[0.0, 0.0, 0.0], [1.0, 2.0, 0.0], [0.0, -1.0, 1.0]], dtype=torch.float64)
     agg = build("pcd")
     assert torch.equal(agg(rows), torch.zeros(3, dtype=torch.float64))
@@ -133,7 +133,7 @@ def test_infeasible_constraints_are_dropped(k):
     assert torch.equal(agg(rows), rows[0])
 
 
-def test_a_zero_projection_gives_zero_and_tau_zero_keeps_a_free_primary():
+def test_a_zero_projection_gives_zero_and_tau_zero_keeps_a_free_primary(route):
     # τ = 0 with g₂ = −g₁: the projection of g̃₁ onto {g̃₂ᵀd ≥ 0} is 0
     rows = torch.tensor([[1.0, 2.0, -1.0], [-2.0, -4.0, 2.0]], dtype=torch.float64)
     assert torch.equal(build("pcd", tau=0.0)(rows), torch.zeros(3, dtype=torch.float64))
@@ -147,7 +147,7 @@ def test_a_zero_projection_gives_zero_and_tau_zero_keeps_a_free_primary():
 
 
 @pytest.mark.parametrize("factor,nonzero", [(6.0, True), (2.0, False)])
-def test_the_zero_direction_threshold_is_ten_ulps_of_the_squared_magnitude(factor, nonzero):
+def test_the_zero_direction_threshold_is_ten_ulps_of_the_squared_magnitude(factor, nonzero, route):
     # τ = 0, g₁ = e₁, g₂ = (−1, δ): d̃ = g̃₁ projected onto {g̃₂ᵀd ≥ 0}, ‖d̃‖² = δ²/(1 + δ²)
     # (first call: both rows normalised to ~1), w̃ = [1, 1/‖g̃₂‖] so (Σ|w̃_i|‖g̃_i‖)² = 4:
     # d is zero exactly when ‖d̃‖² ≤ 10ε · 4. δ puts ‖d̃‖² at ``factor`` × 10ε.
@@ -158,7 +158,7 @@ def test_the_zero_direction_threshold_is_ten_ulps_of_the_squared_magnitude(facto
     assert bool((out != 0).any()) == nonzero
 
 
-def test_a_row_that_was_always_zero_gets_scale_zero_with_eps_zero():
+def test_a_row_that_was_always_zero_gets_scale_zero_with_eps_zero(route):
     # v̂ + ε = 0: its constraint 0 ≥ 0 holds, and its scale is 0 (not a division by zero)
     rows = torch.tensor([[1.0, 2.0], [0.0, 0.0], [-1.0, 0.5]], dtype=torch.float64)
     out = build("pcd", eps=0.0, tau=0.1)(rows)

@@ -73,9 +73,12 @@ class PCD(GramianAggregator):
         scales = self._update_scales(torch.diagonal(g))
         normalised = g * scales.unsqueeze(-1) * scales.unsqueeze(-2)
         a, b = dual_terms(normalised, taus)
-        mu, feasible, converged = solve(a, b, dependence_tol, max_iter)
-        self._count_not_converged(converged)
-        w = torch.cat([torch.ones(1, dtype=torch.float64, device=g.device), torch.where(feasible, mu, 0.0)])
+        multipliers = b  # K = 1: empty, no secondary objective
+        if k > 1:
+            mu, feasible, converged = solve(a, b, dependence_tol, max_iter)
+            self._count_not_converged(converged)
+            multipliers = torch.where(feasible, mu, 0.0)
+        w = torch.cat([torch.ones(1, dtype=torch.float64, device=g.device), multipliers])
         d_sq = w @ normalised @ w
         magnitude = (w.abs() @ torch.diagonal(normalised).sqrt()).square()
         ok = (g[0, 0] > 0) & (d_sq > precision * magnitude)
