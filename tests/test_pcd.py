@@ -327,3 +327,10 @@ def test_the_masked_method_reports_infeasible_constraints_with_zero_multipliers(
     mu, feasible, converged = priority_qp.solve_masked(a, b, 1e-9, 20)
     assert torch.equal(mu, torch.zeros(2, dtype=torch.float64)) and not bool(feasible) and bool(converged)
     assert priority_qp.solve_host(a.tolist(), b.tolist(), 1e-9, 20) == (None, True)
+
+
+def test_the_ends_of_the_option_ranges_are_allowed():
+    # τ = 1 (a secondary keeps all of its normalised progress) and β = 0 (no averaging)
+    rows = _problem(3, 3, 3)
+    assert torch.isfinite(build("pcd", tau=1.0, beta=0.0, eps=0.0)(rows)).all()
+    assert torch.isfinite(build("pcd", tau=[0.0, 1.0])(rows)).all()
