@@ -70,6 +70,24 @@ def test_is_a_module_with_state_in_buffers(name, options, case, gen):
         assert any(v is not None for _, v in agg.named_buffers()), "a stateful method keeps its state in buffers"
 
 
+@pytest.mark.parametrize("name, counted", [
+    ("excess_mtl", {"calls": 3}), ("nash_mtl", {"step": 3}), ("epo_al", {"steps": 3}), ("moco", {"k": 3}),
+    ("dwa", {"calls": 0, "periods": 3}),  # every=1: each call closes its period
+])
+def test_call_counters_keep_their_checkpoint_keys(name, counted, gen):
+    # the counters' extra-state keys are what checkpoints hold (morl/aggregators/_counters.py):
+    # they count the calls, survive a load and go back to 0 on reset()
+    agg = build(name)
+    for _ in range(3):
+        _call(agg, controlled(gen, 3, 7, 3))
+    assert agg.state_dict()["_extra_state"] == counted
+    fresh = build(name)
+    fresh.load_state_dict(agg.state_dict())
+    assert fresh.get_extra_state() == counted
+    agg.reset()
+    assert agg.get_extra_state() == dict.fromkeys(counted, 0)
+
+
 @pytest.mark.parametrize("name, options, case", CONFIGS, ids=IDS)
 def test_forward_hooks_see_every_call(name, options, case, gen):
     agg = build(name, **options)

@@ -14,16 +14,19 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._checks import check_number
+from morl.aggregators._counters import CallCounters
 from morl.aggregators.loss_weighting import LossWeighting
 
 
-class DWA(LossWeighting):
+class DWA(CallCounters, LossWeighting):
     """Dynamic weight average: weights from the ratio of the last two periods' mean losses.
 
     Options: ``temperature`` T (2.0), ``every`` (1; 0 = periods end only at :meth:`end_period`).
     State: ``acc`` (sum of this period's losses), ``last``/``before`` (the last two period
     means); the call count inside the period and the periods completed are plain ints.
     """
+
+    _COUNTED = {"calls": "_calls", "periods": "_periods"}  # extra-state key -> counter (CallCounters)
 
     _STATE = ("acc", "last", "before")
 
@@ -59,17 +62,6 @@ class DWA(LossWeighting):
         self.acc = torch.zeros_like(self.acc)
         self._calls = 0
         self._periods += 1
-
-    def reset(self) -> None:
-        super().reset()
-        self._calls = 0
-        self._periods = 0
-
-    def get_extra_state(self) -> dict:
-        return {"calls": self._calls, "periods": self._periods}
-
-    def set_extra_state(self, state: dict) -> None:
-        self._calls, self._periods = int(state["calls"]), int(state["periods"])
 
     def __repr__(self) -> str:
         return f"DWA(temperature={self.temperature:g}, every={self.every})"

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 
 import torch
 
+from morl.aggregators._counters import CallCounters
 from morl.aggregators.base import Aggregator
 
 
-class EPOAL(Aggregator):
+class EPOAL(CallCounters, Aggregator):
     """EPO-AL (Algorithm 1): drives r_1 J_1 = ... = r_K J_K on the Pareto front.
 
     Options:
@@ -37,6 +38,8 @@ class EPOAL(Aggregator):
     Losses must be passed (``needs_losses``) and should be positive, as the paper assumes.
     State: the dual variable ``p`` [K] and the call counter ``steps``.
     """
+
+    _COUNTED = {"steps": "steps"}  # extra-state key -> counter (CallCounters)
 
     needs_losses = True
 
@@ -87,16 +90,6 @@ class EPOAL(Aggregator):
         if getattr(self, "_preference_on", (None, None))[0] != key:
             self._preference_on = (key, self.preference.to(dtype=like.dtype, device=like.device))
         return self._preference_on[1]
-
-    def reset(self) -> None:
-        super().reset()
-        self.steps = 0
-
-    def get_extra_state(self) -> dict:
-        return {"steps": self.steps}
-
-    def set_extra_state(self, state: dict) -> None:
-        self.steps = int(state["steps"])
 
     def __repr__(self) -> str:
         pref = None if self.preference is None else [round(v, 6) for v in self.preference.tolist()]

@@ -21,13 +21,14 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._checks import check_number
+from morl.aggregators._counters import CallCounters
 from morl.aggregators.base import Aggregator
 
 #: the authors' constant under the square root and in the baseline's denominator
 EPS = 1e-7
 
 
-class ExcessMTL(Aggregator):
+class ExcessMTL(CallCounters, Aggregator):
     """Excess-risk weighting. Options: ``robust_step_size`` η (1.0, the authors' default) and
     ``warmup`` (0 calls: the first call's excess risks are the baseline; the paper suggests
     three epochs of calls, during which the weights stay 1/K).
@@ -37,6 +38,8 @@ class ExcessMTL(Aggregator):
     [K]; the call count is extra state. The weights sum to 1 (the authors' code and LibMTL
     renormalise them to sum to K: their d is K times this one).
     """
+
+    _COUNTED = {"calls": "calls"}  # extra-state key -> counter (CallCounters)
 
     def __init__(self, robust_step_size: float = 1.0, warmup: int = 0, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
@@ -93,16 +96,6 @@ class ExcessMTL(Aggregator):
         if name == "alpha":
             return torch.full_like(like, 1.0 / like.shape[0])
         return torch.full_like(like, EPS) if name == "sq_sum" else super()._initial_state(name, like)
-
-    def reset(self) -> None:
-        super().reset()
-        self.calls = 0
-
-    def get_extra_state(self) -> dict:
-        return {"calls": self.calls}
-
-    def set_extra_state(self, state: dict) -> None:
-        self.calls = int(state["calls"])
 
     def __repr__(self) -> str:
         return f"ExcessMTL(robust_step_size={self.robust_step_size:g}, warmup={self.warmup})"

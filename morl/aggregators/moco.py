@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from morl.aggregators._checks import check_choice, check_number
+from morl.aggregators._counters import CallCounters
 from morl.aggregators.base import Aggregator
 from morl.solvers.gramian import gram_scale
 from morl.solvers.min_norm import min_norm_solve
@@ -58,7 +59,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 NORM_EPS = 1e-8  # the reference code's guard in g/(‖g‖ + eps)
 
 
-class MoCo(Aggregator):
+class MoCo(CallCounters, Aggregator):
     """Stateful MoCo aggregator (state: tracked gradients ``y`` [K, D], ``lam`` [K], counter ``k``).
 
     Options (None = take it from ``preset``, else from ``DEFAULTS``):
@@ -74,6 +75,8 @@ class MoCo(Aggregator):
     in all code); ``out_scale`` (multiplies the direction; the code uses M); ``base`` /
     ``base_options`` (an aggregator name from the registry applied to Y instead of λ).
     """
+
+    _COUNTED = {"k": "k"}  # extra-state key -> counter (CallCounters)
 
     #: d is λ·Y (tracked gradients), not ``weights @ grads``: no CR-MOGM around it
     direction_is_weighted = False
@@ -230,16 +233,6 @@ class MoCo(Aggregator):
             )
 
     # -- state ----------------------------------------------------------------------------
-    def reset(self) -> None:
-        super().reset()  # Y, λ and the base aggregator's state
-        self.k = 0
-
-    def get_extra_state(self) -> dict:
-        return {"k": self.k}
-
-    def set_extra_state(self, state: dict) -> None:
-        self.k = int(state["k"])
-
     def __repr__(self) -> str:
         extra = f", base={self.base!r}" if self.base is not None else ""
         return f"MoCo(preset={self.preset!r}, {', '.join(f'{k}={v!r}' for k, v in self.options.items())}{extra})"

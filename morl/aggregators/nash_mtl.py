@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._checks import check_number
+from morl.aggregators._counters import CallCounters
 from morl.aggregators.base import GramianAggregator
 from morl.solvers.alpha_fair import alpha_fair_solve
 
@@ -30,7 +31,7 @@ def clip_weights(gram: torch.Tensor, w: torch.Tensor, max_norm: float) -> torch.
     return w * torch.clamp(max_norm / norm.clamp_min(torch.finfo(torch.float64).tiny), max=1.0)
 
 
-class NashMTL(GramianAggregator):
+class NashMTL(CallCounters, GramianAggregator):
     """Nash bargaining weights, solved on the K×K Gramian in its own units.
 
     Options: ``max_norm`` (1.0; clip ‖d‖, 0 disables), ``update_weights_every`` (1: solve at
@@ -40,6 +41,8 @@ class NashMTL(GramianAggregator):
     bargaining solution exists and d = 0 (the disagreement point). Unconverged solves count in
     ``not_converged``. State: ``alpha`` (the last α, unclipped; warm start and reuse).
     """
+
+    _COUNTED = {"step": "_step"}  # extra-state key -> counter (CallCounters)
 
     gramian_in_units = True  # α ~ 1/‖g‖: the Gramian in the gradients' units
 
@@ -72,16 +75,6 @@ class NashMTL(GramianAggregator):
             self.alpha = alpha.to(gram.dtype)
         self._step += 1
         return clip_weights(gram, alpha, self.max_norm).to(gram.dtype)
-
-    def reset(self) -> None:
-        super().reset()
-        self._step = 0
-
-    def get_extra_state(self) -> dict:
-        return {"step": self._step}
-
-    def set_extra_state(self, state: dict) -> None:
-        self._step = int(state["step"])
 
     def __repr__(self) -> str:
         return f"NashMTL(max_norm={self.max_norm:g}, update_weights_every={self.update_weights_every})"
