@@ -100,3 +100,22 @@ def test_a_switch_refuses_anything_but_true_or_false(name, key):
     owner = aggregator_class(name).__name__
     with pytest.raises(ValueError, match=rf"^{owner} option {key}='yes' is not valid; allowed: \S"):
         build(name, **{key: "yes"})
+
+
+#: values outside an option's range (beyond NaN, above), with the line each must raise
+OUT_OF_RANGE = [
+    ("excess_mtl", {"robust_step_size": 0.0}, r"ExcessMTL option robust_step_size=0.0 is not valid; allowed: a finite number > 0"),
+    ("excess_mtl", {"warmup": -1}, r"ExcessMTL option warmup=-1 is not valid; allowed: a finite int >= 0"),
+    ("excess_mtl", {"warmup": 1.5}, r"warmup=1.5 is not valid"),
+    ("pcd", {"tau": 1.5}, r"PCD option tau=1.5 is not valid; allowed: a number in \[0, 1\] or a list of them"),
+    ("pcd", {"tau": [0.1, -0.1]}, r"tau=\[0.1, -0.1\] is not valid"),
+    ("pcd", {"beta": 1.0}, r"PCD option beta=1.0 is not valid; allowed: a number in \[0, 1\)"),
+    ("pcd", {"eps": -1.0}, r"PCD option eps=-1.0 is not valid"),
+    ("pcd", {"max_iter": 0}, r"PCD option max_iter=0 is not valid"),
+]
+
+
+@pytest.mark.parametrize("name, options, message", OUT_OF_RANGE, ids=[f"{n}-{next(iter(o))}" for n, o, _ in OUT_OF_RANGE])
+def test_a_value_out_of_range_names_what_is_allowed(name, options, message):
+    with pytest.raises(ValueError, match=message):
+        build(name, **options)

@@ -261,18 +261,6 @@ def test_a_shape_change_raises_and_reset_starts_over(k):
     assert torch.isfinite(agg(_problem(0, k + 1, k + 1))).all()
 
 
-@pytest.mark.parametrize("options,message", [
-    ({"tau": 1.5}, r"PCD option tau=1.5 is not valid; allowed: a number in \[0, 1\] or a list of them"),
-    ({"tau": [0.1, -0.1]}, r"tau=\[0.1, -0.1\] is not valid"),
-    ({"beta": 1.0}, r"PCD option beta=1.0 is not valid; allowed: a number in \[0, 1\)"),
-    ({"eps": -1.0}, r"PCD option eps=-1.0 is not valid"),
-    ({"max_iter": 0}, r"PCD option max_iter=0 is not valid"),
-])
-def test_bad_options_name_what_is_allowed(options, message):
-    with pytest.raises(ValueError, match=message):
-        build("pcd", **options)
-
-
 def test_pdas_rounds_certify_the_optimum_or_decline():
     # on the CPU the rounds run first; a wrong update rule or certificate would make them
     # decline (the masked method then hides it) or return a non-optimal μ: checked here
