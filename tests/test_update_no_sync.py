@@ -63,6 +63,7 @@ CPU_ONLY_READS = frozenset({
     ("morl/aggregators/_host.py", "inverse_lists"),
     ("morl/aggregators/_host.py", "as_list"),
     ("morl/aggregators/_host.py", "weights_tensor"),
+    ("morl/aggregators/aligned_mtl.py", "_aligned_cpu"),  # K > 16: the eigenvalues as floats
     ("morl/host_reads.py", "cpu_tensor"),  # their values as a tensor (torch.tensor for float16/bfloat16)
     ("morl/solvers/alpha_fair.py", "alpha_fair_solve"),  # early exit of the Newton steps
     # K > 6 (the MT10-sized test): early exits of the active-set starts and steps

@@ -22,7 +22,8 @@ def gram_scale(gram: torch.Tensor) -> torch.Tensor:
 
 
 def gramian(grads: torch.Tensor) -> torch.Tensor:
-    """``grads @ grads.T`` ([..., K, K], in the input's dtype) in ONE pass over the [K, D] matrix.
+    """``grads @ grads.T`` ([..., K, K], in the input's dtype) in ONE pass over the [K, D] matrix
+    (a 2-row matrix on CPU reads row 1 twice, which is faster there: :data:`TWO_ROW_MIN_D`).
 
     No scaled [K, D] copy is made: in float32, rows with entries between 1e-12 and 1e12 (any D
     up to ~1e8) give a finite, normal-range Gramian directly. Outside that range the product
@@ -67,8 +68,9 @@ _RANGE = {dt: (torch.finfo(dt).tiny / torch.finfo(dt).eps, torch.finfo(dt).max) 
 #: columns each: one call instead of one per chunk, which matters at K = 2..5 where a chunk's
 #: product is cheaper than its call (Zen 1, chunked / plain: K = 2 at D = 3e6 0.70 against 1.15
 #: for an ``addmm_`` per 16384 columns; K = 5, D = 1e6 0.51 against 0.62; K = 10, D = 1e6 0.42
-#: against 0.44). From K = 12 on MKL's product ties or wins (1.00-1.09).
-CHUNKED_K = (2, 10)
+#: against 0.44). From K = 12 on MKL's product ties or wins (1.00-1.09). K = 2 takes
+#: :func:`_two_row_product` instead.
+CHUNKED_K = (3, 10)
 BMM_CHUNK = 8192
 #: the least D the chunked product takes (the 4 chunks of 16384 columns it was first measured
 #: with, session 12). It binds only where the bytes cut below is small: at K ≤ 10 every matrix
@@ -123,15 +125,29 @@ BLOCK_ROWS = 32
 BLOCKED_K = 48
 BLOCKED_MIN_WORK = 2**26
 
+#: From TWO_ROW_MIN_D columns on (CPU), a 2-row Gramian is J g₀ (one matrix-vector product) and
+#: g₁·g₁ (:func:`_two_row_product`). MKL's gemm runs a 2-row product at ~5 GB/s on a Zen 1, its
+#: gemv and dot at 12-20: although row 1 is read twice, this takes (session 18, medians of
+#: interleaved calls, against the product used before) 0.95-1.0 of MKL's plain product at
+#: D = 1e5, 0.69-0.84 at 2e5-3.4e5, 0.78-0.83 of the column chunks at 1e6 and 0.88 at 2e6; below ~1e5
+#: the plain product's one call wins. Its float32 sums are as long as the plain product's (error
+#: up to ~2e-5 of max G_kk at D = 1e6 against 2e-7 for the chunks: the rounding TorchJD's and
+#: every other device's product has). Rows must be contiguous: on strided rows (a column-major
+#: matrix) MKL's gemv and dot sum sequentially, 5.7e-4 of max G_kk at D = 1e6.
+TWO_ROW_MIN_D = 2**17
+
 
 def _product(grads: torch.Tensor) -> torch.Tensor:
-    """``grads @ grads.T``, by column chunks (``CHUNKED_K`` rows, from ``CHUNK_MIN_BYTES``) or
-    block rows (from ``BLOCKED_K`` rows) where that is faster on CPU."""
+    """``grads @ grads.T``, by column chunks (``CHUNKED_K`` rows, from ``CHUNK_MIN_BYTES``), block
+    rows (from ``BLOCKED_K`` rows) or a matrix-vector product (2 rows, from ``TWO_ROW_MIN_D``
+    columns) where that is faster on CPU."""
     k, d = grads.shape[-2], grads.shape[-1]
     if grads.device.type != "cpu" or grads.dim() != 2:
         return grads @ grads.transpose(-2, -1)
     if k >= BLOCKED_K and k * k * d >= BLOCKED_MIN_WORK:
         return _block_row_product(grads)
+    if k == 2 and d >= TWO_ROW_MIN_D and grads.stride(1) == 1:
+        return _two_row_product(grads)
     if not CHUNKED_K[0] <= k <= CHUNKED_K[1] or d < CHUNKED_MIN_D or k * d * grads.element_size() < CHUNK_MIN_BYTES:
         return grads @ grads.transpose(-2, -1)
     return _chunked_product(grads)
@@ -149,6 +165,13 @@ def _chunked_product(grads: torch.Tensor) -> torch.Tensor:
         rest = grads[:, n * BMM_CHUNK :]
         gram.addmm_(rest, rest.T)
     return gram
+
+
+def _two_row_product(grads: torch.Tensor) -> torch.Tensor:
+    """[[g₀·g₀, g₀·g₁], [g₁·g₀, g₁·g₁]] from J g₀ and g₁·g₁, exactly symmetric (one value for
+    both off-diagonal entries)."""
+    row = torch.mv(grads, grads[0])
+    return torch.cat((row, row[1:], torch.dot(grads[1], grads[1]).unsqueeze(0))).view(2, 2)
 
 
 def block_row_starts(k: int) -> list[int]:
