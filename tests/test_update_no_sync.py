@@ -54,7 +54,7 @@ UPDATES = 2  # the first (lazy state) and one in the steady state
 CPU_ONLY_READS = frozenset({
     ("morl/solvers/gramian.py", "gramian_and_top"),  # the largest G_kk, for the range check
     ("morl/solvers/gramian.py", "definite_ridge"),  # the early exit of its Cholesky ladder
-    ("morl/aggregators/base.py", "_output_finite"),  # ‖w‖₁ for the output bound
+    ("morl/aggregators/base.py", "_weighted"),  # w as floats: the output bound's ‖w‖₁, lerp's test
     ("morl/solvers/dual_cone.py", "project_with_free_set"),  # small problems solved in Python
     ("morl/solvers/dual_cone.py", "_start_list"),  # its warm start, as a list
     ("morl/solvers/dual_cone_host.py", "pdas_batched"),  # ... K >= 6 with B > 1: batched rounds
