@@ -85,10 +85,44 @@ def test_a_pareto_stationary_pair_gives_zero_within_rounding(lerps):
         assert norm <= 1.1 * gemv + 8 * eps * float(g0.norm())
 
 
+def test_lerp_from_exactly_lerp_min_d_columns(lerps):
+    out = build("mgda")(_rows(2, torch.float32)[:, :LERP_MIN_D])
+    assert lerps == [1] and out.shape == (LERP_MIN_D,)
+
+
+def test_the_weights_may_miss_one_by_two_rounding_units_and_no_more():
+    """|w₀ + w₁ − 1| ≤ 2ε of the rows' dtype (here exactly 2ε and 2.5ε, in float32 values):
+    lerp at the bound, w @ J (None) past it."""
+    eps = torch.finfo(torch.float32).eps
+    grads = torch.zeros(2, 4)
+    assert base._convex_pair([0.5, 0.5 + 2 * eps], grads) is not None
+    assert base._convex_pair([0.5, 0.5 + 2.5 * eps], grads) is None
+    assert base._convex_pair([0.5, 0.5 - 2.5 * eps], grads) is None
+    assert base._convex_pair([float("nan"), 0.5], grads) is None
+
+
+def test_check_finite_off_keeps_nothing_for_the_output_check():
+    """With no output check the call keeps no reference to its direction and rows."""
+    agg = build("mgda", check_finite="off")
+    agg(_rows(3, torch.float32))
+    assert "_out_bound" not in agg.__dict__
+
+
+def test_rows_that_need_gradients_under_constant_weights_take_lerp(lerps):
+    """Krum's weights are a selection (no gradient): lerp, and the rows' gradient is w's."""
+    grads = _rows(4, torch.float32).requires_grad_(True)
+    agg = build("krum")
+    out = agg(grads)
+    assert lerps == [1] and not agg.weights.requires_grad
+    out.sum().backward()
+    torch.testing.assert_close(grads.grad, agg.weights.unsqueeze(1).expand(2, D), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("case", ["sum_not_one", "three_rows", "too_few_columns", "autograd", "meta"])
 def test_w_at_j_elsewhere(case, lerps):
-    """Weights that do not sum to 1 (UPGrad), K = 3, one column fewer, autograd (lerp's weight
-    would be a float, cutting the gradient to w) and another device (meta, for CUDA): w @ J."""
+    """Weights that do not sum to 1 (UPGrad), K = 3, one column fewer, weights that need a
+    gradient (lerp's weight would be a float, cutting it) and another device (meta, for CUDA):
+    w @ J."""
     name, grads = "mgda", _rows(0, torch.float32)
     if case == "sum_not_one":
         name = "upgrad"
@@ -108,6 +142,7 @@ def test_w_at_j_elsewhere(case, lerps):
         return
     _assert_is_w_at_j(out.detach(), agg.weights.detach(), grads.detach())
     if case == "autograd":  # the gradient reaches the rows through w and through J
+        assert agg.weights.requires_grad
         out.sum().backward()
         assert grads.grad is not None and bool(torch.isfinite(grads.grad).all())
 

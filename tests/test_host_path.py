@@ -232,6 +232,7 @@ def test_aligned_mtl_on_larger_cpu_gramians_matches_the_torch_path(dtype, monkey
     with monkeypatch.context() as patch:
         patch.setattr(aligned_mtl, "reads_are_free", lambda t: False)
         assert real(full, [1 / 17] * 17, "min") is None
+        assert build("aligned_mtl").weights_from_gramian(full).dtype == dtype  # the torch path's
 
 
 def test_python_path_is_taken_only_where_reading_is_free():

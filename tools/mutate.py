@@ -148,7 +148,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # warm-start user): every row reaches base.py, so the full suite would repeat it 600 times.
     "morl/aggregators/base.py": (
         [f"morl/aggregators/{name}.py" for name in ("base", "_warm_start", "_checks")],
-        [*_AGGREGATOR_TESTS, "-k", "mean or pcgrad or moco or warm or check or error or invalid or skip"],
+        [*_AGGREGATOR_TESTS, "tests/test_convex_pair.py",  # session 18: the two-row lerp of _weighted
+         "-k", "mean or pcgrad or moco or warm or check or error or invalid or skip or convex"],
     ),
 }
 LINKS = ("tests", "configs")  # copied by mutmut into its work tree

@@ -61,9 +61,10 @@ LERP_MIN_D = 2**17
 
 
 def _takes_lerp(w: torch.Tensor, grads: torch.Tensor) -> bool:
-    """Two rows of at least LERP_MIN_D columns, one weight vector, no autograd (lerp's weight
-    is a float here, through which no gradient would flow)."""
-    return grads.shape[0] == 2 and grads.shape[1] >= LERP_MIN_D and w.dim() == 1 and not (w.requires_grad or grads.requires_grad)
+    """Two rows of at least LERP_MIN_D columns and one weight vector that needs no gradient
+    (lerp's weight is a float here, through which none would flow; the rows' gradients are
+    w's, as through w @ J)."""
+    return grads.shape[0] == 2 and grads.shape[1] >= LERP_MIN_D and w.dim() == 1 and not w.requires_grad
 
 
 def _convex_pair(values: list[float], grads: torch.Tensor) -> torch.Tensor | None:
