@@ -55,8 +55,9 @@ def _rows_finite_given(gram: torch.Tensor, top: float | None) -> torch.Tensor | 
 
 #: From this many columns (CPU, two rows) a direction whose two weights sum to 1 is formed as
 #: ``torch.lerp(g₀, g₁, w₁)``: one elementwise pass where MKL's gemv for w J with two rows
-#: streams at ~6 GB/s on a Zen 1 (session 18, medians of interleaved calls, lerp / w @ J: 0.99
-#: at D = 1e5, 0.77 at 3.4e5, 0.65 at 1e6 and 3e6; 1.15-1.44 below 3e4).
+#: streams at ~6-9 GB/s on a Zen 1 (session 18, medians of interleaved calls, lerp / w @ J: 0.99
+#: at D = 1e5, 0.75-0.82 at 3.4e5, 0.65-0.79 at 1e6 over five runs, 0.63-0.65 at 3e6; 1.15-1.44
+#: below 3e4).
 LERP_MIN_D = 2**17
 
 

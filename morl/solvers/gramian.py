@@ -128,9 +128,10 @@ BLOCKED_MIN_WORK = 2**26
 #: From TWO_ROW_MIN_D columns on (CPU), a 2-row Gramian is J g₀ (one matrix-vector product) and
 #: g₁·g₁ (:func:`_two_row_product`). MKL's gemm runs a 2-row product at ~5 GB/s on a Zen 1, its
 #: gemv and dot at 12-20: although row 1 is read twice, this takes (session 18, medians of
-#: interleaved calls, against the product used before) 0.95-1.0 of MKL's plain product at
-#: D = 1e5, 0.69-0.84 at 2e5-3.4e5, 0.78-0.83 of the column chunks at 1e6 and 0.88 at 2e6; below ~1e5
-#: the plain product's one call wins. Its float32 sums are as long as the plain product's (error
+#: interleaved calls, against the product used before, over several runs: this VM's memory speed
+#: varies) 0.95-1.0 of MKL's plain product at D = 1e5, 0.69-1.03 at 2e5-3.4e5, 0.65-0.68 of
+#: it and 0.78-0.90 of the column chunks at 1e6, 0.88 of the chunks at 2e6; below ~1e5 the
+#: plain product's one call wins. Its float32 sums are as long as the plain product's (error
 #: up to ~2e-5 of max G_kk at D = 1e6 against 2e-7 for the chunks: the rounding TorchJD's and
 #: every other device's product has). Rows must be contiguous: on strided rows (a column-major
 #: matrix) MKL's gemv and dot sum sequentially, 5.7e-4 of max G_kk at D = 1e6.
