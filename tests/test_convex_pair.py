@@ -101,11 +101,14 @@ def test_the_weights_may_miss_one_by_two_rounding_units_and_no_more():
     assert base._convex_pair([float("nan"), 0.5], grads) is None
 
 
-def test_check_finite_off_keeps_nothing_for_the_output_check():
-    """With no output check the call keeps no reference to its direction and rows."""
+def test_check_finite_off_takes_lerp_and_keeps_nothing_for_the_output_check(lerps):
+    """With no output check the call still takes lerp (the same direction as under "raise")
+    and keeps no reference to its direction and rows."""
+    grads = _rows(3, torch.float32)
     agg = build("mgda", check_finite="off")
-    agg(_rows(3, torch.float32))
-    assert "_out_bound" not in agg.__dict__
+    out = agg(grads)
+    assert lerps == [1] and "_out_bound" not in agg.__dict__
+    assert torch.equal(out, build("mgda")(grads))
 
 
 def test_rows_that_need_gradients_under_constant_weights_take_lerp(lerps):
@@ -147,9 +150,9 @@ def test_w_at_j_elsewhere(case, lerps):
         assert grads.grad is not None and bool(torch.isfinite(grads.grad).all())
 
 
-def test_the_output_bound_reads_the_weights_once(monkeypatch):
-    """The weights read as floats for lerp's test are the ones the output bound sums (no second
-    read), and a bound that fails still falls back to the exact [D] pass."""
+def test_the_output_bound_proves_a_lerp_direction_finite(monkeypatch):
+    """The weights read for lerp's test also give the output bound: no [D] pass follows (a bound
+    that fails falls back to that pass: tests/test_output_finite.py)."""
     calls = []
     real = base._all_finite
     monkeypatch.setattr(base, "_all_finite", lambda x: calls.append(1) or real(x))

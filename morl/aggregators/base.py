@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from morl.aggregators._host import eps
 from morl.solvers.gramian import gram_scale, gramian_and_top
 
 CHECK_MODES = ("raise", "skip", "off")
@@ -73,12 +74,9 @@ def _convex_pair(values: list[float], grads: torch.Tensor) -> torch.Tensor | Non
     (two units: MGDA's, IMTL-G's and CR-MOGM's weights, which sum to 1 by construction): w₀ is
     then taken as 1 − w₁, within that rounding, and so is the direction. None otherwise."""
     w0, w1 = values
-    if not abs(w0 + w1 - 1.0) <= 2.0 * _EPS[grads.dtype]:
+    if not abs(w0 + w1 - 1.0) <= 2.0 * eps(grads.dtype):
         return None
     return torch.lerp(grads[0], grads[1], w1)
-
-
-_EPS = {dt: torch.finfo(dt).eps for dt in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
 
 
 def _bump(counter: torch.Tensor | None, flags: torch.Tensor) -> torch.Tensor:
@@ -236,14 +234,14 @@ class Aggregator(torch.nn.Module):
     def _weighted(self, w: torch.Tensor, grads: torch.Tensor, top: float | None) -> torch.Tensor:
         """``w @ grads``, remembering what :meth:`_output_finite` needs when ``top`` (the
         largest diagonal entry of grads @ grads.T, read on CPU) is known."""
-        if top is None:
+        lerp, bound = _takes_lerp(w, grads), self.check_finite != "off"  # "off" would never release it
+        if top is None or not (lerp or bound):
             return w @ grads
-        # on the CPU (top known) w is read as floats anyway, for the output bound
-        values = w.detach().tolist()
-        direction = _convex_pair(values, grads) if _takes_lerp(w, grads) else None
+        values = w.detach().tolist()  # on the CPU (top known): free, and read once for both uses
+        direction = _convex_pair(values, grads) if lerp else None
         if direction is None:
             direction = w @ grads
-        if self.check_finite != "off":  # "off" would never release it
+        if bound:
             self.__dict__["_out_bound"] = (direction, grads, values, top)
         return direction
 
