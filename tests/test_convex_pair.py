@@ -112,9 +112,10 @@ def test_check_finite_off_takes_lerp_and_keeps_nothing_for_the_output_check(lerp
 
 
 def test_rows_that_need_gradients_under_constant_weights_take_lerp(lerps):
-    """Krum's weights are a selection (no gradient): lerp, and the rows' gradient is w's."""
+    """Multi-Krum's weights (here both rows, ½ each) are a selection (no gradient): lerp, and
+    the rows' gradient is w's."""
     grads = _rows(4, torch.float32).requires_grad_(True)
-    agg = build("krum")
+    agg = build("krum", m=2)
     out = agg(grads)
     assert lerps == [1] and not agg.weights.requires_grad
     out.sum().backward()

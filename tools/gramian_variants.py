@@ -8,7 +8,9 @@ slower at K = 4..6 and 16..24, and could not measure the Intel Xeon of session 1
 (a Zen 1 EPYC, 8 MB L3) made the cut follow the machine's last-level cache and the chunks one
 batched product (``batched_chunks``, for 2 <= K <= 10). Session 16 (same Zen 1) replaced the
 two chunked half-size blocks from K = 96 by block rows of 32 (``block_rows``, from K = 48 and
-K²D >= 2^26). Before a rule is adopted or moved, run this on each machine and compare:
+K²D >= 2^26). Session 19 added MKL's own symmetric rank-k update (``mkl_syrk``, where torch's
+library has it): on the Zen 1 it ties with the plain product (0.94-1.09), so no BLAS here forms
+G in fewer flops' time than gemm. Before a rule is adopted or moved, run this on each machine and compare:
 
     OMP_NUM_THREADS=1 .venv/bin/python tools/gramian_variants.py --ks 4,6,8,10,12,16 --ds 3e4,1e5,344008,1e6
     OMP_NUM_THREADS=1 .venv/bin/python tools/gramian_variants.py --ks 48,64,100,200 --ds 1e4,3e4,2e5
@@ -66,6 +68,38 @@ def _chunked(grads: torch.Tensor, chunk: int = 16384) -> torch.Tensor:
     return gram
 
 
+def _mkl_syrk_entry():
+    """MKL's ``ssyrk`` in torch's own library, or None. Torch exposes no symmetric rank-k update
+    (G = J Jᵀ from half the products), and its static MKL exports no ``ssyrk_``; the internal
+    ``mkl_blas_ssyrk`` behind it takes the Fortran arguments (uplo, trans, n, k, alpha, a, lda,
+    beta, c, ldc; on AMD CPUs it forwards them to ``mkl_blas_sgemmt``, session 19's disassembly).
+    For measuring only: it answers whether any BLAS on this machine forms G faster than gemm."""
+    import ctypes
+    import os
+
+    try:
+        lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+        entry = lib.mkl_blas_ssyrk
+    except (OSError, AttributeError):
+        return None
+    entry.restype = None
+
+    def syrk(grads: torch.Tensor) -> torch.Tensor:
+        assert grads.dtype == torch.float32 and grads.stride(1) == 1
+        k, d = grads.shape
+        out = torch.zeros(k, k)
+        ints = [ctypes.c_longlong(x) for x in (k, d, grads.stride(0), k)]
+        one, zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        # row-major J is the column-major Jᵀ (D×K, lda = row stride): C = (Jᵀ)ᵀ Jᵀ, upper
+        # triangle in column-major = lower triangle of the row-major result
+        entry(b"U", b"T", ctypes.byref(ints[0]), ctypes.byref(ints[1]), ctypes.byref(one), ctypes.c_void_p(grads.data_ptr()),
+              ctypes.byref(ints[2]), ctypes.byref(zero), ctypes.c_void_p(out.data_ptr()), ctypes.byref(ints[3]))
+        lower = out.tril()
+        return lower + lower.tril(-1).T
+
+    return syrk
+
+
 VARIANTS = {
     "plain": lambda j: j @ j.T,
     "chunked": _chunked,  # one addmm_ per CHUNK columns (the library's form until session 15)
@@ -75,6 +109,9 @@ VARIANTS = {
     "block_rows": gramian_module._block_row_product,  # the library's form from K = 48, at any size
     "morl": gramian_module._product,  # what the library does now for this (K, D)
 }
+_SYRK = _mkl_syrk_entry()
+if _SYRK is not None:
+    VARIANTS["mkl_syrk"] = _SYRK
 
 
 def measure(k: int, d: int, seed: int = 0) -> dict[str, tuple[float, float]]:

@@ -149,7 +149,8 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "morl/aggregators/base.py": (
         [f"morl/aggregators/{name}.py" for name in ("base", "_warm_start", "_checks")],
         [*_AGGREGATOR_TESTS, "tests/test_convex_pair.py",  # session 18: the two-row lerp of _weighted
-         "-k", "mean or pcgrad or moco or warm or check or error or invalid or skip or convex"],
+         "tests/test_unit_row.py",  # session 19: its unit-vector copy
+         "-k", "mean or pcgrad or moco or warm or check or error or invalid or skip or convex or unit_row"],
     ),
 }
 LINKS = ("tests", "configs")  # copied by mutmut into its work tree

@@ -66,7 +66,25 @@ def _takes_lerp(w: torch.Tensor, grads: torch.Tensor) -> bool:
     """Two rows of at least LERP_MIN_D columns and one weight vector that needs no gradient
     (lerp's weight is a float here, through which none would flow; the rows' gradients are
     w's, as through w @ J)."""
-    return grads.shape[0] == 2 and grads.shape[1] >= LERP_MIN_D and w.dim() == 1 and not w.requires_grad
+    return grads.shape[0] == 2 and grads.shape[1] >= LERP_MIN_D and _constant_weights(w)
+
+
+def _constant_weights(w: torch.Tensor) -> bool:
+    """One weight vector that needs no gradient: the direction may then be formed from its
+    values as floats (a copy of a row, lerp), through which none would flow to w."""
+    return w.dim() == 1 and not w.requires_grad
+
+
+def _unit_row(values: list[float], grads: torch.Tensor) -> torch.Tensor | None:
+    """Row k itself (a copy) when w is the k-th unit vector: Krum's selection, MGDA, IMTL-G and
+    every other method at a vertex. w @ J gives that row exactly too (1·x and the sums of
+    zeros are exact; only a −0 entry comes out +0), reading all K rows; the copy reads one.
+    Zen 1, 1 thread, medians of repeated calls (session 19): 9 against 20 µs at K = 10,
+    D = 1e4 (18 against 35 inside a call, after the product); 0.6 against 3.3 ms at K = 10,
+    D = 1e6 and against 13 ms at K = 50. None otherwise (NaN never counts)."""
+    if values.count(1.0) != 1 or values.count(0.0) != len(values) - 1:
+        return None
+    return grads[values.index(1.0)].clone()
 
 
 def _convex_pair(values: list[float], grads: torch.Tensor) -> torch.Tensor | None:
@@ -237,8 +255,10 @@ class Aggregator(torch.nn.Module):
         lerp, bound = _takes_lerp(w, grads), self.check_finite != "off"  # "off" would never release it
         if top is None or not (lerp or bound):
             return w @ grads
-        values = w.detach().tolist()  # on the CPU (top known): free, and read once for both uses
-        direction = _convex_pair(values, grads) if lerp else None
+        values = w.detach().tolist()  # on the CPU (top known): free, and read once for all uses
+        direction = _unit_row(values, grads) if _constant_weights(w) else None
+        if direction is None and lerp:
+            direction = _convex_pair(values, grads)
         if direction is None:
             direction = w @ grads
         if bound:

