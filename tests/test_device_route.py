@@ -28,7 +28,7 @@ from morl.aggregators import available
 from jacobians import randomly_spread
 
 #: every module that asks whether reading a value is free
-ROUTE_MODULES = ("morl.aggregators._host", "morl.aggregators.aligned_mtl", "morl.aggregators.cagrad", "morl.solvers.alpha_fair",
+ROUTE_MODULES = ("morl.aggregators._host", "morl.aggregators.cagrad", "morl.solvers.alpha_fair",
                  "morl.solvers.dual_cone", "morl.solvers.gramian", "morl.solvers.min_norm",
                  "morl.solvers.priority_qp", "morl.solvers.simplex_descent")
 #: |d_cpu − d_branch_free| / max_k ‖g_k‖ where both converged. Measured over seeds 0-9 (64

@@ -225,14 +225,25 @@ def test_aligned_mtl_on_larger_cpu_gramians_matches_the_torch_path(dtype, monkey
     full = torch.eye(17, dtype=dtype) + 0.1
     nan = full.clone()
     nan[0, 1] = nan[1, 0] = float("nan")
-    assert real(full, [1 / 17] * 17, "min") is not None
-    assert real(torch.stack([full, full]), [1 / 17] * 17, "min") is None
+    assert real(full, [1 / 17] * 17, "min") is not None and _host.one_free_gramian(full)
+    assert not _host.one_free_gramian(torch.stack([full, full]))
+    assert not _host.one_free_gramian(full.clone().requires_grad_())
     assert real(nan, [1 / 17] * 17, "min") is None
     assert torch.equal(real(torch.zeros(17, 17, dtype=dtype), [0.5] * 17, "min"), torch.full((17,), 0.5, dtype=torch.float64))
     with monkeypatch.context() as patch:
-        patch.setattr(aligned_mtl, "reads_are_free", lambda t: False)
-        assert real(full, [1 / 17] * 17, "min") is None
-        assert build("aligned_mtl").weights_from_gramian(full).dtype == dtype  # the torch path's
+        patch.setattr(_host, "reads_are_free", lambda t: False)
+        taken.clear()
+        assert not _host.one_free_gramian(full)
+        assert build("aligned_mtl").weights_from_gramian(full).dtype == dtype and taken == []  # the torch path's
+
+
+@pytest.mark.parametrize("k", [3, 17])
+def test_aligned_mtl_with_a_preference_reads_nothing_off_the_cpu(k):
+    """A given preference vector on ``meta`` tensors (no data: any read fails; the CPU proxy for
+    a device where a read is a sync): the torch path, without reading the preference first."""
+    agg = build("aligned_mtl", pref_vector=[float(i + 1) for i in range(k)], check_finite="off")
+    out = agg(torch.empty(k, 10, device="meta"))
+    assert out.device.type == "meta" and out.shape == (10,)
 
 
 def test_python_path_is_taken_only_where_reading_is_free():

@@ -24,9 +24,16 @@ from morl.host_reads import ARRAY_CODE, cpu_tensor, reads_are_free
 HOST_MAX_K = 16
 
 
+def one_free_gramian(gram: torch.Tensor) -> bool:
+    """One Gramian (not a batch) without autograd whose values can be read for free (CPU, not
+    under ``torch.compile``): the condition of every read of this module and of Aligned-MTL's
+    larger CPU path. Decided before anything is read: elsewhere each read is a host sync."""
+    return gram.dim() == 2 and not gram.requires_grad and reads_are_free(gram)
+
+
 def gramian_rows(gram: torch.Tensor) -> list[list[float]] | None:
     """``gram`` ([K, K], K ≤ HOST_MAX_K, CPU, no autograd, finite) as nested float lists, or None."""
-    if gram.dim() != 2 or gram.shape[-1] > HOST_MAX_K or gram.requires_grad or not reads_are_free(gram):
+    if gram.shape[-1] > HOST_MAX_K or not one_free_gramian(gram):
         return None
     rows = gram.tolist()
     # NaN/inf anywhere makes the sum NaN/inf (a sum that overflows from finite entries, beyond
@@ -57,7 +64,7 @@ def inverse_factor(gram: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, floa
     Gramian of any K (no autograd): the larger-K counterpart of :func:`inverse_lists`, whose
     Python lists cost K² reads. None where reads are not free or G is not positive definite in
     float64. A non-finite G gives a NaN or infinite trace, which callers' certificates decline."""
-    if gram.dim() != 2 or gram.requires_grad or not reads_are_free(gram):
+    if not one_free_gramian(gram):
         return None
     g = gram.to(torch.float64)
     factor, info = torch.linalg.cholesky_ex(g)

@@ -17,9 +17,9 @@ import torch
 
 from morl.aggregators._checks import check_choice
 from morl.aggregators._preference import PreferenceVector
-from morl.aggregators._host import eigh_lists, eps, gramian_rows, weights_tensor
+from morl.aggregators._host import eigh_lists, eps, gramian_rows, one_free_gramian, weights_tensor
 from morl.aggregators.base import GramianAggregator
-from morl.host_reads import cpu_tensor, reads_are_free
+from morl.host_reads import cpu_tensor
 
 SCALE_MODES = ("min", "median", "rmse")
 
@@ -105,13 +105,11 @@ def _aligned_host(gram: torch.Tensor, rows: list[list[float]], w: list[float], s
 
 
 def _aligned_cpu(gram: torch.Tensor, w: list[float], scale_mode: str) -> torch.Tensor | None:
-    """B w (float64) for one CPU Gramian of more rows than the Python path takes: its eigenvalues
-    read as floats (free on the CPU) decide the cut and the scale, and V (c ⊙ Vᵀw) is two
-    matrix-vector products: 9 ops against ~35 K-sized ones on the torch path (0.6 of a K = 50
-    weight step here). None (the torch path answers) for a batch, autograd, a device where
-    reads cost a sync, or a non-finite G."""
-    if gram.dim() != 2 or gram.requires_grad or not reads_are_free(gram):
-        return None
+    """B w (float64) for one CPU Gramian of more rows than the Python path takes (callers check
+    ``_host.one_free_gramian`` first): its eigenvalues read as floats decide the cut and the
+    scale, and V (c ⊙ Vᵀw) is two matrix-vector products: 9 ops against ~35 K-sized ones on the
+    torch path (0.6 of a K = 50 weight step here). None (the torch path answers) for a
+    non-finite G."""
     try:
         lam_t, vec = torch.linalg.eigh(gram.to(torch.float64))
     except torch.linalg.LinAlgError:  # LAPACK gave up (NaN/inf input): the torch path masks it
@@ -141,9 +139,10 @@ class AlignedMTL(PreferenceVector, GramianAggregator):
         rows = gramian_rows(gram)
         if rows is not None:  # one small CPU Gramian: in Python floats
             return weights_tensor(_aligned_host(gram, rows, self._preference_list(len(rows), gram), self.scale_mode), gram)
-        on_cpu = _aligned_cpu(gram, self._preference_list(gram.shape[-1], gram), self.scale_mode)
-        if on_cpu is not None:  # one larger CPU Gramian
-            return on_cpu.to(gram.dtype)
+        if one_free_gramian(gram):  # one larger CPU Gramian: its values and the preference read as floats
+            on_cpu = _aligned_cpu(gram, self._preference_list(gram.shape[-1], gram), self.scale_mode)
+            if on_cpu is not None:
+                return on_cpu.to(gram.dtype)
         w = self._preference(gram.shape[-1], gram, None)
         return balanced_weights(gram, w, self.scale_mode).to(gram.dtype)
 

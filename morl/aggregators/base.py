@@ -62,16 +62,15 @@ def _rows_finite_given(gram: torch.Tensor, top: float | None) -> torch.Tensor | 
 LERP_MIN_D = 2**17
 
 
-def _takes_lerp(w: torch.Tensor, grads: torch.Tensor) -> bool:
-    """Two rows of at least LERP_MIN_D columns and one weight vector that needs no gradient
-    (lerp's weight is a float here, through which none would flow; the rows' gradients are
-    w's, as through w @ J)."""
-    return grads.shape[0] == 2 and grads.shape[1] >= LERP_MIN_D and _constant_weights(w)
+def _long_pair(grads: torch.Tensor) -> bool:
+    """Two rows of at least LERP_MIN_D columns: where lerp beats w @ J."""
+    return grads.shape[0] == 2 and grads.shape[1] >= LERP_MIN_D
 
 
 def _constant_weights(w: torch.Tensor) -> bool:
     """One weight vector that needs no gradient: the direction may then be formed from its
-    values as floats (a copy of a row, lerp), through which none would flow to w."""
+    values as floats (a copy of a row, lerp's weight), through which none would flow to w; the
+    rows' gradients are w's, as through w @ J."""
     return w.dim() == 1 and not w.requires_grad
 
 
@@ -252,11 +251,12 @@ class Aggregator(torch.nn.Module):
     def _weighted(self, w: torch.Tensor, grads: torch.Tensor, top: float | None) -> torch.Tensor:
         """``w @ grads``, remembering what :meth:`_output_finite` needs when ``top`` (the
         largest diagonal entry of grads @ grads.T, read on CPU) is known."""
-        lerp, bound = _takes_lerp(w, grads), self.check_finite != "off"  # "off" would never release it
+        constant = _constant_weights(w)
+        lerp, bound = constant and _long_pair(grads), self.check_finite != "off"  # "off" would never release it
         if top is None or not (lerp or bound):
             return w @ grads
         values = w.detach().tolist()  # on the CPU (top known): free, and read once for all uses
-        direction = _unit_row(values, grads) if _constant_weights(w) else None
+        direction = _unit_row(values, grads) if constant else None
         if direction is None and lerp:
             direction = _convex_pair(values, grads)
         if direction is None:
