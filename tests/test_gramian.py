@@ -1,4 +1,4 @@
-"""morl.solvers.gramian: the chunked CPU product (3 ≤ K ≤ 10, large D), the block-row one
+"""morl.solvers.gramian: the chunked CPU product (3 ≤ K ≤ 10, large D), the block-column one
 (K ≥ BLOCKED_K, large K²D) and the two-row one (K = 2, large D) are the Gramian."""
 
 import importlib
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from morl.solvers.cpu_cache import last_level_cache_bytes
-from morl.solvers.gramian import (BLOCK_ROWS, BLOCKED_K, BLOCKED_MIN_WORK, BMM_CHUNK, CHUNKED_K, CHUNKED_MIN_D, TWO_ROW_MIN_D,
-                                  _product, block_row_starts, chunk_min_bytes, gram_scale, gramian, gramian_and_top, normalized_gramian)
+from morl.solvers.gramian import (BLOCK_COLS, BLOCKED_K, BLOCKED_MIN_D, BLOCKED_MIN_WORK, BMM_CHUNK, CHUNKED_K, CHUNKED_MIN_D, TWO_ROW_MIN_D,
+                                  _product, block_starts, chunk_min_bytes, gram_scale, gramian, gramian_and_top, normalized_gramian)
 
 
 @pytest.fixture
@@ -156,29 +156,31 @@ def test_top_is_the_largest_diagonal_entry_and_absent_off_cpu():
 
 
 def _blocked_d(k: int) -> int:
-    """The fewest columns that send K rows to the block-row product."""
-    return -(-BLOCKED_MIN_WORK // (k * k))
+    """The fewest columns that send K rows to the block-column product."""
+    return max(-(-BLOCKED_MIN_WORK // (k * k)), BLOCKED_MIN_D)
 
 
-def test_block_rows_start_every_32_rows_with_a_thin_last_block_merged():
-    """Blocks of BLOCK_ROWS rows; a last block of fewer than 16 rows joins the one before."""
-    assert BLOCK_ROWS == 32
+def test_blocks_start_every_32_rows_with_a_thin_last_block_merged():
+    """Blocks of BLOCK_COLS; a last block of fewer than 16 joins the one before."""
+    assert BLOCK_COLS == 32
     expected = {1: [0], 31: [0], 47: [0], 48: [0, 32], 79: [0, 32], 80: [0, 32, 64], 100: [0, 32, 64],
                 112: [0, 32, 64, 96], 200: [0, 32, 64, 96, 128, 160]}
-    assert {k: block_row_starts(k) for k in expected} == expected
+    assert {k: block_starts(k) for k in expected} == expected
 
 
-def test_the_block_row_product_is_taken_for_many_rows_and_enough_work(monkeypatch):
-    """K ≥ BLOCKED_K rows and K²D ≥ BLOCKED_MIN_WORK on CPU: block rows; one row fewer, one
-    column fewer, a batch or another device (meta, standing in for CUDA): the plain product."""
+def test_the_block_column_product_is_taken_for_many_rows_and_enough_work(monkeypatch):
+    """K ≥ BLOCKED_K rows, D ≥ BLOCKED_MIN_D columns and K²D ≥ BLOCKED_MIN_WORK on CPU: block
+    columns; one row fewer, one column fewer, a batch or another device (meta, standing in for
+    CUDA): the plain product."""
     module = importlib.import_module("morl.solvers.gramian")
     calls = []
-    real = module._block_row_product
-    monkeypatch.setattr(module, "_block_row_product", lambda g: calls.append(tuple(g.shape)) or real(g))
+    real = module._block_column_product
+    monkeypatch.setattr(module, "_block_column_product", lambda g: calls.append(tuple(g.shape)) or real(g))
     k, d = BLOCKED_K, _blocked_d(BLOCKED_K)
     exact = BLOCKED_MIN_WORK // 64**2  # K = 64 reaches the cut exactly
-    for shape, blocked in (((k, d), True), ((k - 1, 10 * d), False), ((k, d - 1), False), ((200, _blocked_d(200)), True),
-                           ((200, _blocked_d(200) - 1), False), ((64, exact), True), ((64, exact - 1), False)):
+    assert _blocked_d(200) == BLOCKED_MIN_D == 512 > BLOCKED_MIN_WORK / 200**2  # K = 200: D binds, not K²D
+    for shape, blocked in (((k, d), True), ((k - 1, 10 * d), False), ((k, d - 1), False), ((200, 512), True),
+                           ((200, 511), False), ((64, exact), True), ((64, exact - 1), False)):
         calls.clear()
         assert _product(torch.ones(shape)).shape == (shape[0], shape[0])
         assert bool(calls) == blocked, shape
@@ -187,27 +189,41 @@ def test_the_block_row_product_is_taken_for_many_rows_and_enough_work(monkeypatc
     assert _product(torch.empty(k, d, device="meta")).shape == (k, k) and not calls
 
 
-@pytest.mark.parametrize("k, rows_by_columns", [(48, 32 * 48 + 16 * 16), (100, 32 * 100 + 32 * 68 + 36 * 36)])
-def test_the_block_rows_make_only_the_upper_blocks(k, rows_by_columns):
-    """The products are the block rows from the diagonal on: 2·D·Σ (rows × columns) flops (a
-    hand count: K = 48 is 32 + 16 rows, K = 100 is 32 + 32 + 36), against 2·D·K² for the plain
-    product (torch's flop counter), so 0.78 and 0.67 of it."""
+@pytest.mark.parametrize("k, blocks", [(48, [(48, 32), (16, 16)]), (100, [(100, 32), (68, 32), (36, 36)])])
+def test_the_block_columns_make_only_the_lower_blocks(k, blocks):
+    """The products are the block columns from the diagonal down, each with every row below as
+    the left operand (the shape MKL runs faster, session 20): [K - a, D] @ [D, b - a], in that
+    order (a hand list: K = 48 is 32 + 16 columns, K = 100 is 32 + 32 + 36), so 2·D·Σ rows ×
+    columns flops (torch's flop counter) against 2·D·K² for the plain product: 0.78 and 0.67."""
+    from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import FlopCounterMode
 
+    class Shapes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.mm.default:
+                self.seen.append((args[0].shape[0], args[1].shape[1]))
+            return func(*args, **(kwargs or {}))
+
     d = _blocked_d(k)
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False) as counter, Shapes() as shapes:
         _product(torch.ones(k, d))
-    assert counter.get_total_flops() == 2 * d * rows_by_columns < 2 * d * k * k
+    assert shapes.seen == blocks
+    assert counter.get_total_flops() == 2 * d * sum(r * c for r, c in blocks) < 2 * d * k * k
 
 
 @pytest.mark.parametrize("k", [BLOCKED_K, 79, 101, 200])
-def test_block_row_product_against_float64(k):
-    """The block-row product (upper block rows, mirrored) is the Gramian: error against float64
-    within sqrt(D)·ε of the largest entry, the typical rounding of a float32 sum of D terms,
-    which depends on how the machine's BLAS blocks its sums (2.0e-5 at K = 48, D = 29 131;
-    measured ≤ 5.1e-7 on a Zen 1 over seeds 0..59, as the plain product), over 5 seeds: a
-    missing, misplaced or unmirrored block is off by O(1). Exactly symmetric, for a merged
-    thin last block (79 = 32 + 47) and ragged ones (101, 200), row- and column-major."""
+def test_block_column_product_against_float64(k):
+    """The block-column product (lower block columns, mirrored) is the Gramian: error against
+    float64 within sqrt(D)·ε of the largest entry, the typical rounding of a float32 sum of D
+    terms, which depends on how the machine's BLAS blocks its sums (1.0e-5 at K = 48,
+    D = 7285; measured ≤ 3.2e-7 on a Zen 1 over seeds 0..59 at K = 48, 79, 101 and 200, as
+    the plain product), over 5 seeds: a missing, misplaced or unmirrored block is off by O(1).
+    Exactly symmetric, for a merged thin last block (79 = 32 + 47) and ragged ones (101, 200),
+    row- and column-major."""
     d = _blocked_d(k) + 3
     bound = d**0.5 * torch.finfo(torch.float32).eps
     for seed in range(5):
@@ -223,8 +239,8 @@ def test_block_row_product_against_float64(k):
         assert torch.equal(gramian(grads), _product(grads))
 
 
-def test_gradients_flow_through_the_block_row_product():
-    """Autograd through the block rows, their mirror and the triangle masks gives the plain
+def test_gradients_flow_through_the_block_column_product():
+    """Autograd through the block columns, their mirror and the triangle masks gives the plain
     product's gradient (float64, to 1e-12 relative; measured 5e-16)."""
     k = BLOCKED_K
     grads = _rows(5, k, _blocked_d(k), torch.float64).requires_grad_()
@@ -235,7 +251,7 @@ def test_gradients_flow_through_the_block_row_product():
 
 
 @pytest.mark.parametrize("k", [CHUNKED_K[0], BLOCKED_K])
-def test_chunked_and_block_row_products_keep_float64(k, chunk_small_matrices):
+def test_chunked_and_block_column_products_keep_float64(k, chunk_small_matrices):
     """Both CPU products accumulate in the rows' dtype: float64 rows give the float64 Gramian to
     1e-12 relative (a float32 accumulator would be off by ~1e-7)."""
     grads = _rows(k, k, max(CHUNKED_MIN_D, _blocked_d(k)) + 7, torch.float64)

@@ -10,7 +10,10 @@ batched product (``batched_chunks``, for 2 <= K <= 10). Session 16 (same Zen 1) 
 two chunked half-size blocks from K = 96 by block rows of 32 (``block_rows``, from K = 48 and
 K²D >= 2^26). Session 19 added MKL's own symmetric rank-k update (``mkl_syrk``, where torch's
 library has it): on the Zen 1 it ties with the plain product (0.94-1.09), so no BLAS here forms
-G in fewer flops' time than gemm. Before a rule is adopted or moved, run this on each machine and compare:
+G in fewer flops' time than gemm. Session 20 found the block rows turned over (``block_columns``:
+the same products, MKL's operands the other way round) up to 11 % faster and adopted them; each
+block row as one batched product over 4096-column pieces (``block_rows_bmm``) gains nothing.
+Before a rule is adopted or moved, run this on each machine and compare:
 
     OMP_NUM_THREADS=1 .venv/bin/python tools/gramian_variants.py --ks 4,6,8,10,12,16 --ds 3e4,1e5,344008,1e6
     OMP_NUM_THREADS=1 .venv/bin/python tools/gramian_variants.py --ks 48,64,100,200 --ds 1e4,3e4,2e5
@@ -68,6 +71,37 @@ def _chunked(grads: torch.Tensor, chunk: int = 16384) -> torch.Tensor:
     return gram
 
 
+def _block_rows(grads: torch.Tensor) -> torch.Tensor:
+    """The library's form of sessions 16-19: G[a:b, a:] = J[a:b] J[a:]ᵀ (blocks on and right of
+    the diagonal, BLOCK_COLS rows each), mirrored. The same products as the block columns the
+    library takes now, with MKL's operands the other way round: 5-11 % slower on a Zen 1."""
+    k = grads.shape[0]
+    starts = gramian_module.block_starts(k)
+    gram = torch.empty(k, k, dtype=grads.dtype)
+    for a, b in zip(starts, starts[1:] + [k]):
+        gram[a:b, a:] = grads[a:b] @ grads[a:].T
+    upper = gram.triu()
+    return upper + upper.triu(1).T
+
+
+def _block_rows_bmm(grads: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+    """Block rows with each block's product one ``bmm`` over CHUNK-column pieces (summed), so that
+    MKL packs each piece of J while it is in L2 and reuses it across the block's columns."""
+    k, d = grads.shape
+    starts = gramian_module.block_starts(k)
+    n = d // chunk
+    gram = torch.empty(k, k, dtype=grads.dtype)
+    for a, b in zip(starts, starts[1:] + [k]):
+        rows = grads[a:b, : n * chunk].view(b - a, n, chunk).transpose(0, 1)
+        cols = grads[a:, : n * chunk].view(k - a, n, chunk).transpose(0, 1)
+        block = torch.bmm(rows, cols.transpose(1, 2)).sum(0)
+        if n * chunk < d:
+            block.addmm_(grads[a:b, n * chunk :], grads[a:, n * chunk :].T)
+        gram[a:b, a:] = block
+    upper = gram.triu()
+    return upper + upper.triu(1).T
+
+
 def _mkl_syrk_entry():
     """MKL's ``ssyrk`` in torch's own library, or None. Torch exposes no symmetric rank-k update
     (G = J Jᵀ from half the products), and its static MKL exports no ``ssyrk_``; the internal
@@ -106,7 +140,9 @@ VARIANTS = {
     "batched_chunks": gramian_module._chunked_product,  # the library's chunked form, at any size
     "two_blocks": _two_blocks,
     "two_blocks_chunked": _two_blocks_chunked,
-    "block_rows": gramian_module._block_row_product,  # the library's form from K = 48, at any size
+    "block_rows": _block_rows,  # the library's form from K = 48 in sessions 16-19
+    "block_columns": gramian_module._block_column_product,  # the library's form from K = 48 (session 20), at any size
+    "block_rows_bmm": _block_rows_bmm,  # session 20: each block row over L2-sized column pieces
     "morl": gramian_module._product,  # what the library does now for this (K, D)
 }
 _SYRK = _mkl_syrk_entry()
@@ -114,12 +150,13 @@ if _SYRK is not None:
     VARIANTS["mkl_syrk"] = _SYRK
 
 
-def measure(k: int, d: int, seed: int = 0) -> dict[str, tuple[float, float]]:
+def measure(k: int, d: int, seed: int = 0, calls: int | None = None) -> dict[str, tuple[float, float]]:
     grads = torch.randn(k, d, generator=torch.Generator().manual_seed(seed))
     exact = grads.double() @ grads.double().T
     top = float(exact.diagonal().max())
     errors = {name: float((fn(grads).double() - exact).abs().max()) / top for name, fn in VARIANTS.items()}
-    calls = max(5, min(200, int(2e8 / (k * k * d))))
+    if calls is None:  # ~2e8 multiply-adds per variant: 5 calls from K²D = 4e7 on (cells move by ±5 %)
+        calls = max(5, min(200, int(2e8 / (k * k * d))))
     times: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for _ in range(calls):
         for name, fn in VARIANTS.items():
@@ -133,15 +170,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ks", default="4,6,8,10,12,16", help="comma-separated K values")
     parser.add_argument("--ds", default="3e4,1e5,344008,1e6", help="comma-separated D values")
+    parser.add_argument("--calls", type=int, default=None, help="calls per variant (default: by size, 5 to 200)")
     args = parser.parse_args()
     cache = gramian_module.last_level_cache_bytes()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); last-level cache "
           f"{'unknown' if cache is None else f'{cache / 2**20:g} MB'}, chunks from {gramian_module.CHUNK_MIN_BYTES / 2**20:g} MB "
-          f"for K in {gramian_module.CHUNKED_K}; block rows of {gramian_module.BLOCK_ROWS} from K = {gramian_module.BLOCKED_K} "
+          f"for K in {gramian_module.CHUNKED_K}; block columns of {gramian_module.BLOCK_COLS} from K = {gramian_module.BLOCKED_K} "
           f"and K²D >= {gramian_module.BLOCKED_MIN_WORK}; ms (ratio to plain) [error]")
     for k in (int(x) for x in args.ks.split(",")):
         for d in (int(float(x)) for x in args.ds.split(",")):
-            cells = measure(k, d)
+            cells = measure(k, d, calls=args.calls)
             plain = cells["plain"][0]
             row = "  ".join(f"{name} {ms:.3f} ({ms / plain:.2f}) [{err:.1e}]" for name, (ms, err) in cells.items())
             print(f"K={k:<3} D={d:<8} {row}", flush=True)

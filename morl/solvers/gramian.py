@@ -106,24 +106,27 @@ def chunk_min_bytes(cache_bytes: int | None) -> int:
 CHUNK_MIN_BYTES = chunk_min_bytes(last_level_cache_bytes())
 
 
-#: From BLOCKED_K rows on (CPU, K²D ≥ BLOCKED_MIN_WORK), G is formed by block rows of
-#: BLOCK_ROWS: block row b is J_b [J_b; J_b+1; ...]ᵀ, the blocks on and right of the diagonal,
-#: and the rest is mirrored. With n blocks that is (n + 1) / 2n of the products (K = 100, n = 3:
-#: 2/3), and every product keeps all K - a columns of its block row wide, the shape MKL runs
-#: best. Zen 1, 1 thread (session 16; medians of interleaved calls), block rows / plain:
+#: From BLOCKED_K rows on (CPU, K²D ≥ BLOCKED_MIN_WORK, D ≥ BLOCKED_MIN_D), G is formed by block
+#: columns of BLOCK_COLS: block column b is [J_b; J_b+1; ...] J_bᵀ, the blocks on and below the
+#: diagonal, and the rest is mirrored. With n blocks that is (n + 1) / 2n of the products
+#: (K = 100, n = 3: 2/3). These are the products of the block rows J_b [J_b; J_b+1; ...]ᵀ of
+#: sessions 16-19 with MKL's operands the other way round: a block row's product is K - a
+#: columns wide, a block column's BLOCK_COLS, and where K is not a multiple of 16 MKL runs the
+#: narrow ones faster. Zen 1, 1 thread (session 20, ``tools/gramian_variants.py``), block
+#: columns against block rows, as ratios to the plain product: K = 50 at D = 1e4 0.87 against
+#: 0.94, at 1e6 0.81 against 0.88; K = 100 at D = 1e4 0.79 against 0.83, at 1e6 0.74 against
+#: 0.80; within ±5 % of each other at K = 48, 64, 128 and 200. 16-, 24- and 40-column blocks
+#: lose to 32 (K = 100, D = 1e5: 0.81, 0.84, 0.79 against 0.77).
 #:
-#: - D = 2e5: K = 48..64 0.87, K = 80..128 0.78-0.81, K = 200 0.73; at D = 1e4 from 0.99
-#:   (K = 48) down to 0.76 (K = 200); K = 50 at D = 3.4e5 and 1e6 0.87, K = 100 0.80-0.81;
-#: - smaller products lose to the extra calls and MKL's small-matrix path: K = 48..64 tie or
-#:   lose up to 5 % below D ≈ 2e4, K = 100 from D ≤ 2048, K = 200 from D ≤ 512. K²D ≥ 2^26
-#:   keeps every measured loss out (K = 50 from D = 26 844: 0.95 at 32 768; K = 100 from
-#:   D = 6711: 0.88-0.94; K = 200 from D = 1678).
-#:
-#: The former two half-size blocks, one ``addmm_`` per 16384 columns, gave 0.91-0.95 at
-#: K = 100 and lost 5-16 % at K = 50; 16-row blocks give 0.83-0.94, 24-row ones tie with 32.
-BLOCK_ROWS = 32
+#: The cuts K²D ≥ 2^24 and D ≥ 512 are where block columns stop losing (session 20,
+#: ``tools/gramian_variants.py --calls 301``, ratios to plain at K²D = 2^24: K = 48 0.97,
+#: 56 0.93, 64 0.94, 100 0.90, 128 0.98, but K = 200 (D = 420) 1.06; K = 200 at D = 700 0.91,
+#: at 1024 0.86; below 2^24 K = 48 at D = 3000 1.13, K = 64 at D = 2000 1.07, K = 100 at
+#: D = 1000 1.02). Block rows needed K²D ≥ 2^26 (session 16: up to 5 % lost below it).
+BLOCK_COLS = 32
 BLOCKED_K = 48
-BLOCKED_MIN_WORK = 2**26
+BLOCKED_MIN_WORK = 2**24
+BLOCKED_MIN_D = 512
 
 #: From TWO_ROW_MIN_D columns on (CPU), a 2-row Gramian is J g₀ (one matrix-vector product) and
 #: g₁·g₁ (:func:`_two_row_product`). MKL's gemm runs a 2-row product at ~5 GB/s on a Zen 1, its
@@ -140,13 +143,13 @@ TWO_ROW_MIN_D = 2**17
 
 def _product(grads: torch.Tensor) -> torch.Tensor:
     """``grads @ grads.T``, by column chunks (``CHUNKED_K`` rows, from ``CHUNK_MIN_BYTES``), block
-    rows (from ``BLOCKED_K`` rows) or a matrix-vector product (2 rows, from ``TWO_ROW_MIN_D``
+    columns (from ``BLOCKED_K`` rows) or a matrix-vector product (2 rows, from ``TWO_ROW_MIN_D``
     columns) where that is faster on CPU."""
     k, d = grads.shape[-2], grads.shape[-1]
     if grads.device.type != "cpu" or grads.dim() != 2:
         return grads @ grads.transpose(-2, -1)
-    if k >= BLOCKED_K and k * k * d >= BLOCKED_MIN_WORK:
-        return _block_row_product(grads)
+    if k >= BLOCKED_K and d >= BLOCKED_MIN_D and k * k * d >= BLOCKED_MIN_WORK:
+        return _block_column_product(grads)
     if k == 2 and d >= TWO_ROW_MIN_D and grads.stride(1) == 1:
         return _two_row_product(grads)
     if not CHUNKED_K[0] <= k <= CHUNKED_K[1] or d < CHUNKED_MIN_D or k * d * grads.element_size() < CHUNK_MIN_BYTES:
@@ -175,26 +178,26 @@ def _two_row_product(grads: torch.Tensor) -> torch.Tensor:
     return torch.cat((row, row[1:], torch.dot(grads[1], grads[1]).unsqueeze(0))).view(2, 2)
 
 
-def block_row_starts(k: int) -> list[int]:
-    """First rows of the blocks of :func:`_block_row_product`: every BLOCK_ROWS, with a last
-    block of fewer than BLOCK_ROWS / 2 rows merged into the one before (a thin product costs
-    nearly as much as a full one)."""
-    starts = list(range(0, k, BLOCK_ROWS))
-    if len(starts) > 1 and k - starts[-1] < BLOCK_ROWS // 2:
+def block_starts(k: int) -> list[int]:
+    """First rows (and columns) of the blocks of :func:`_block_column_product`: every BLOCK_COLS,
+    with a last block of fewer than BLOCK_COLS / 2 merged into the one before (a thin product
+    costs nearly as much as a full one)."""
+    starts = list(range(0, k, BLOCK_COLS))
+    if len(starts) > 1 and k - starts[-1] < BLOCK_COLS // 2:
         starts.pop()
     return starts
 
 
-def _block_row_product(grads: torch.Tensor) -> torch.Tensor:
-    """G = J Jᵀ from its upper block rows G[a:b, a:] = J[a:b] J[a:]ᵀ, mirrored (exactly
+def _block_column_product(grads: torch.Tensor) -> torch.Tensor:
+    """G = J Jᵀ from its lower block columns G[a:, a:b] = J[a:] J[a:b]ᵀ, mirrored (exactly
     symmetric). Each row slice is a view, for any strides."""
     k = grads.shape[0]
-    starts = block_row_starts(k)
+    starts = block_starts(k)
     gram = torch.empty(k, k, dtype=grads.dtype)
     for a, b in zip(starts, starts[1:] + [k]):
-        gram[a:b, a:] = grads[a:b] @ grads[a:].T
-    upper = gram.triu()  # below the diagonal blocks `gram` holds whatever torch.empty left
-    return upper + upper.triu(1).T
+        gram[a:, a:b] = grads[a:] @ grads[a:b].T
+    lower = gram.tril()  # above the diagonal blocks `gram` holds whatever torch.empty left
+    return lower + lower.tril(-1).T
 
 
 def _rescaled_gramian(grads: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
