@@ -74,7 +74,8 @@ def _chunked(grads: torch.Tensor, chunk: int = 16384) -> torch.Tensor:
 def _block_rows(grads: torch.Tensor) -> torch.Tensor:
     """The library's form of sessions 16-19: G[a:b, a:] = J[a:b] J[a:]ᵀ (blocks on and right of
     the diagonal, BLOCK_COLS rows each), mirrored. The same products as the block columns the
-    library takes now, with MKL's operands the other way round: 5-11 % slower on a Zen 1."""
+    library takes now, with MKL's operands the other way round: up to 11 % slower on a Zen 1
+    where K is not a multiple of 16 (session 20)."""
     k = grads.shape[0]
     starts = gramian_module.block_starts(k)
     gram = torch.empty(k, k, dtype=grads.dtype)
@@ -176,7 +177,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); last-level cache "
           f"{'unknown' if cache is None else f'{cache / 2**20:g} MB'}, chunks from {gramian_module.CHUNK_MIN_BYTES / 2**20:g} MB "
           f"for K in {gramian_module.CHUNKED_K}; block columns of {gramian_module.BLOCK_COLS} from K = {gramian_module.BLOCKED_K} "
-          f"and K²D >= {gramian_module.BLOCKED_MIN_WORK}; ms (ratio to plain) [error]")
+          f"and K²D >= {gramian_module.BLOCKED_MIN_WORK}, D >= {gramian_module.BLOCKED_MIN_D}; ms (ratio to plain) [error]")
     for k in (int(x) for x in args.ks.split(",")):
         for d in (int(float(x)) for x in args.ds.split(",")):
             cells = measure(k, d, calls=args.calls)
