@@ -188,3 +188,91 @@ def test_bad_inputs_raise_clear_errors(gen):
         batched_task_grads(lambda p, a: (p["w"] * a).sum(), params, torch.ones(2, 3), per_task_params={"w": torch.ones(2, 3)})
     with pytest.raises(ValueError, match="scalar per task"):
         batched_task_grads(lambda p, a: p["w"] * a, params, torch.ones(2, 3))
+
+
+# -- the non-finite rule of morl.backward ----------------------------------------------------------
+def _three_task_net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+
+
+def _three_losses(model, poison=None, how="loss"):
+    """Three squared-output losses; objective ``poison`` made non-finite: ``how="loss"`` divides
+    it by zero (the loss is inf), ``how="grad"`` adds sqrt(0·Σ out) (the loss stays finite, its
+    gradient is sqrt'(0) · 0 = inf · 0 = NaN)."""
+    out = model(torch.linspace(-1.0, 1.0, 24).reshape(6, 4))
+    parts = [(out[:, k] ** 2).mean() + 0.1 for k in range(3)]
+    if poison is not None:
+        zero = out[:, poison].sum() * 0.0
+        parts[poison] = parts[poison] / zero.abs() if how == "loss" else parts[poison] + torch.sqrt(zero.abs())
+    return torch.stack(parts)
+
+
+@pytest.mark.parametrize("mode", ["raise", "skip", "off"])
+@pytest.mark.parametrize("name", available())
+def test_no_nan_reaches_the_parameters_under_any_check_finite_mode(name, mode):
+    """A call with a NaN gradient (finite loss) and one with an inf loss leave the parameters
+    exactly as they were after an SGD step, under every mode: "raise" raises before .grad is
+    written, "skip" and "off" write a zero direction; "skip" counts each bad call once and a
+    finite call not at all. The finite call then moves the parameters, except under "off",
+    where a stateful method's state may hold the NaN it was given (zeroed again here)."""
+    model = _three_task_net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    agg = build(name, check_finite=mode)
+    start = [p.detach().clone() for p in model.parameters()]
+    for culprit, how in ((1, "grad"), (2, "loss")):
+        opt.zero_grad()
+        if mode == "raise":
+            with pytest.raises(ValueError, match="non-finite"):
+                morl.backward(_three_losses(model, culprit, how), model.parameters(), agg)
+        else:
+            morl.backward(_three_losses(model, culprit, how), model.parameters(), agg)
+        opt.step()
+        for p, p0 in zip(model.parameters(), start):
+            assert torch.equal(p.detach(), p0), (culprit, how)
+    if mode == "skip":
+        assert int(agg.nonfinite_steps) == 2
+    opt.zero_grad()
+    morl.backward(_three_losses(model), model.parameters(), agg)
+    opt.step()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    if mode != "off":
+        assert any(not torch.equal(p.detach(), p0) for p, p0 in zip(model.parameters(), start))
+    if mode == "skip":
+        assert int(agg.nonfinite_steps) == 2
+
+
+@pytest.mark.parametrize("name", ["mean", "upgrad", "uw"])
+@pytest.mark.parametrize("culprit", [1, 2])
+def test_raise_names_the_objective_whose_loss_went_non_finite(name, culprit):
+    """Objective ``culprit``'s loss is divided by zero: every row of the batched backward is NaN
+    (0 · inf on the other rows), the error names ``culprit``, not objective 0."""
+    model = _three_task_net()
+    with pytest.raises(ValueError, match=rf"^objective {culprit} has a non-finite loss"):
+        morl.backward(_three_losses(model, culprit, "loss"), model.parameters(), build(name))
+
+
+@pytest.mark.parametrize("name", ["mean", "upgrad", "uw"])
+@pytest.mark.parametrize("culprit", [1, 2])
+def test_raise_names_the_objective_whose_own_gradient_is_non_finite(name, culprit):
+    """A finite loss with a NaN gradient: with the graph kept, each row is recomputed on its own
+    and the error names ``culprit``; with the graph freed, it lists the objectives whose rows
+    are non-finite (every one: the batched backward spreads NaN) and says how to name it."""
+    model = _three_task_net()
+    with pytest.raises(ValueError, match=rf"^objective {culprit} has a non-finite gradient"):
+        morl.backward(_three_losses(model, culprit, "grad"), model.parameters(), build(name), retain_graph=True)
+    with pytest.raises(ValueError, match=r"retain_graph=True"):
+        morl.backward(_three_losses(model, culprit, "grad"), model.parameters(), build(name))
+
+
+@pytest.mark.parametrize("name", ["mean", "upgrad", "uw"])
+def test_losses_that_do_not_reach_the_parameters_warn(name):
+    """Losses built from other tensors than ``params``: autograd finds no path, the direction is
+    zero, and one UserWarning names the objectives."""
+    w = torch.randn(3, requires_grad=True)
+    unrelated = torch.nn.Linear(2, 2)
+    with pytest.warns(UserWarning, match=r"objectives \[0, 1\] do not reach the parameters") as record:
+        direction = morl.backward(torch.stack([w.sum(), (w * w).sum()]), unrelated, build(name))
+    assert len([r for r in record if "do not reach" in str(r.message)]) == 1
+    assert torch.equal(direction, torch.zeros(6))
+

@@ -53,11 +53,12 @@ def test_every_params_form_gives_the_same_rows():
 
 def test_unreached_parameter_gets_zero_columns_of_its_own_dtype():
     # The only listed parameter is unused: the zero block must carry its float64 dtype, not
-    # torch's float32 default.
+    # torch's float32 default, and a warning names the objectives that do not reach it.
     w = torch.randn(3, dtype=torch.float64, requires_grad=True)
     unused = torch.zeros(4, dtype=torch.float64, requires_grad=True)
     for batched in (True, False):
-        rows = per_task_grads(torch.stack([w.sum(), (w * w).sum()]), [unused], batched=batched)
+        with pytest.warns(UserWarning, match=r"objectives \[0, 1\] do not reach the parameters"):
+            rows = per_task_grads(torch.stack([w.sum(), (w * w).sum()]), [unused], batched=batched)
         assert rows.dtype == torch.float64 and torch.equal(rows, torch.zeros(2, 4, dtype=torch.float64))
 
 
