@@ -173,12 +173,13 @@ def backward(losses: torch.Tensor, params, aggregator: Callable, *, retain_graph
     mode = aggregator.check_finite if isinstance(aggregator, Aggregator) else "raise"
     counted = getattr(aggregator, "nonfinite_steps", None)
     one_backward = isinstance(aggregator, Aggregator) and not aggregator.needs_grads
-    direction = (_weighted_direction if one_backward else _aggregated_direction)(losses, params, aggregator, retain_graph)
+    direction, grads = (_weighted_direction if one_backward else _aggregated_direction)(losses, params, aggregator, retain_graph)
     ok = torch.isfinite(direction).all()
-    if mode == "raise":
-        if not bool(ok):
-            raise ValueError(_culprit(losses, params, retain_graph))
-    else:  # a device-side select on [D]: no host read
+    if mode == "raise" and not bool(ok):
+        if grads is not None and bool(torch.isfinite(grads).all() & torch.isfinite(losses).all()):
+            raise ValueError(f"the aggregator {aggregator!r} returned a non-finite direction from finite gradients and losses")
+        raise ValueError(_culprit(losses, params, retain_graph))
+    if mode != "raise":  # a device-side select on [D]: no host read
         direction = torch.where(ok, direction, torch.zeros((), dtype=direction.dtype, device=direction.device))
         if mode == "skip":
             _count_once(aggregator, counted, ok)
@@ -186,8 +187,8 @@ def backward(losses: torch.Tensor, params, aggregator: Callable, *, retain_graph
     return direction
 
 
-def _weighted_direction(losses, params, aggregator, retain_graph: bool) -> torch.Tensor:
-    """``needs_grads`` False: ONE backward of ``Σ_k w_k L_k`` gives ``weights @ J``."""
+def _weighted_direction(losses, params, aggregator, retain_graph: bool) -> tuple[torch.Tensor, None]:
+    """``needs_grads`` False: ONE backward of ``Σ_k w_k L_k`` gives ``weights @ J`` (no rows)."""
     try:
         loss = aggregator.weighted_loss(losses)
     except ValueError as error:  # its "raise" policy on the losses: name the culprit the same way
@@ -196,11 +197,11 @@ def _weighted_direction(losses, params, aggregator, retain_graph: bool) -> torch
         raise ValueError(_culprit(losses, params, retain_graph)) from error
     rows = torch.autograd.grad(loss, params, retain_graph=retain_graph, allow_unused=True)
     _warn_unreached(range(losses.shape[0]) if all(g is None for g in rows) else ())
-    return _stack_rows(rows, params, 1).reshape(-1)
+    return _stack_rows(rows, params, 1).reshape(-1), None
 
 
-def _aggregated_direction(losses, params, aggregator, retain_graph: bool) -> torch.Tensor:
-    """The ``[K, D]`` rows, then the aggregator (or a plain callable ``[K, D] -> [D]``)."""
+def _aggregated_direction(losses, params, aggregator, retain_graph: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``[K, D]`` rows, then the aggregator (or a plain callable ``[K, D] -> [D]``) on them."""
     grads = per_task_grads(losses, params, retain_graph=retain_graph)
     try:
         direction = aggregator(grads, losses.detach()) if isinstance(aggregator, Aggregator) else aggregator(grads)
@@ -210,7 +211,7 @@ def _aggregated_direction(losses, params, aggregator, retain_graph: bool) -> tor
         raise ValueError(_culprit(losses, params, retain_graph)) from error
     if not isinstance(direction, torch.Tensor) or direction.shape != (grads.shape[1],):
         raise ValueError(f"aggregator must return a [D]={grads.shape[1]} tensor, got {getattr(direction, 'shape', direction)}")
-    return direction
+    return direction, grads
 
 
 def _count_once(aggregator: Aggregator, before: torch.Tensor | None, ok: torch.Tensor) -> None:
@@ -241,7 +242,7 @@ def _culprit(losses: torch.Tensor, params: list[torch.Tensor], graph_kept: bool)
 def _first_bad_own_row(losses: torch.Tensor, params: list[torch.Tensor]) -> int | None:
     """The first objective whose gradient through its own part of ``torch.stack``/``cat`` alone
     is non-finite (the other parts get no gradient at all, not 0); None if losses is not K parts."""
-    parts = [node for node, _ in losses.grad_fn.next_functions]
+    parts = [node for node, _ in losses.grad_fn.next_functions] if losses.grad_fn is not None else []
     if len(parts) != losses.shape[0]:
         return None
     for k, own in enumerate(parts):

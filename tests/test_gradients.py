@@ -451,3 +451,12 @@ def test_losses_that_do_not_reach_the_parameters_warn(name):
     assert len([r for r in record if "do not reach" in str(r.message)]) == 1
     assert torch.equal(direction, torch.zeros(6))
 
+
+
+def test_a_plain_callable_that_returns_nan_from_finite_rows_is_refused():
+    """A plain callable counts as check_finite="raise": its NaN is not written, and the error
+    says the rows were finite (the callable is at fault, not an objective)."""
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(ValueError, match="returned a non-finite direction from finite gradients"):
+        backward(torch.stack([x.sum(), (x * x).sum()]), [x], lambda g: g.sum(0) * float("nan"))
+    assert x.grad is None
