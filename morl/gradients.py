@@ -167,7 +167,8 @@ def backward(losses: torch.Tensor, params, aggregator: Callable, *, retain_graph
     whose loss is non-finite or, when the graph is kept (``retain_graph=True``), whose own
     gradient row is; ``"skip"`` writes a zero direction and counts the call once in
     ``aggregator.nonfinite_steps``; ``"off"`` writes a zero direction. No host read but in
-    ``"raise"``.
+    ``"raise"``. A loss weighting's state depends on the losses only: when they are finite
+    and only a gradient is not, it advances as usual.
     """
     losses, params = _check_losses(losses), _trainable(params)
     mode = aggregator.check_finite if isinstance(aggregator, Aggregator) else "raise"
