@@ -193,7 +193,7 @@ def _weighted_direction(losses, params, aggregator, retain_graph: bool) -> tuple
     try:
         loss = aggregator.weighted_loss(losses)
     except ValueError as error:  # its "raise" policy on the losses: name the culprit the same way
-        if bool(torch.isfinite(losses).all()):
+        if aggregator.check_finite != "raise" or bool(torch.isfinite(losses).all()):
             raise
         raise ValueError(_culprit(losses, params, retain_graph)) from error
     rows = torch.autograd.grad(loss, params, retain_graph=retain_graph, allow_unused=True)
@@ -207,7 +207,8 @@ def _aggregated_direction(losses, params, aggregator, retain_graph: bool) -> tup
     try:
         direction = aggregator(grads, losses.detach()) if isinstance(aggregator, Aggregator) else aggregator(grads)
     except ValueError as error:  # its "raise" policy would name row 0 of a matrix smeared with NaN
-        if bool(torch.isfinite(grads).all() & torch.isfinite(losses).all()):
+        finite = torch.isfinite(grads).all() & torch.isfinite(losses).all()
+        if getattr(aggregator, "check_finite", "raise") != "raise" or bool(finite):
             raise
         raise ValueError(_culprit(losses, params, retain_graph)) from error
     if not isinstance(direction, torch.Tensor) or direction.shape != (grads.shape[1],):

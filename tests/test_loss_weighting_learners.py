@@ -15,8 +15,8 @@ import torch
 
 import morl
 from morl.agents.rl import sb3 as sb3_module
-from morl.agents.supervised import multitask as supervised_module
 from morl.agents.rl.mtsac import MTSAC, MTSACConfig
+from morl.agents.supervised import multitask as supervised_module
 from morl.agents.supervised.multitask import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
 
 NAMES = ["uw", "dwa", "famo", "gls", "stch"]

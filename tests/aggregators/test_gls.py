@@ -3,7 +3,6 @@ of the geometric mean of the losses, computed by autograd here."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 

@@ -3,7 +3,6 @@ torch.optim.Adam on the weights, and the direction of its restoring force."""
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
