@@ -1,11 +1,11 @@
 """Learners skip the per-task Jacobian for loss weightings (``needs_grads`` False).
 
 For MT-SAC (actor and aggregated critic), the SB3 adapter's actor step and the supervised
-adapter (morl.backward: tests/test_gradients.py): with a loss weighting the per-task gradient routine is patched to raise,
-and the parameters after the update equal those of the explicit path (the same aggregator
-forced onto the [K, D] matrix: ``weights @ per-task gradients``), in float64 to 1e-10
-(measured worst |Δθ| over the 5 methods x 4 learners: 1.4e-16; Adam's first step is ±lr per entry, so a wrong weight or a
-missing task shows up as a full lr difference).
+adapter (morl.backward: tests/test_gradients.py): with a loss weighting the per-task gradient
+routine is patched to raise, and the parameters after the update equal those of the explicit
+path (the same aggregator forced onto the [K, D] matrix: ``weights @ per-task gradients``), in
+float64 to 1e-10. Adam's first step is ±lr per entry, so a wrong weight or a missing task
+shows up as a full lr difference.
 """
 
 from __future__ import annotations
