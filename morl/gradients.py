@@ -17,6 +17,7 @@ optimizer can step afterwards ("plug an aggregator into my own loop").
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
@@ -88,6 +89,14 @@ def _check_losses(losses: torch.Tensor) -> torch.Tensor:
     return losses
 
 
+def _trainable(params) -> list[torch.Tensor]:
+    params = _as_param_list(params)
+    bad = [i for i, p in enumerate(params) if not p.requires_grad]
+    if bad:
+        raise ValueError(f"params {bad} do not require grad; pass only trainable tensors")
+    return params
+
+
 def _stack_rows(rows: Sequence[torch.Tensor | None], params: list[torch.Tensor], k: int) -> torch.Tensor:
     # Parameters no loss reaches get zero columns, so D always equals the total parameter size.
     cols = [
@@ -97,19 +106,23 @@ def _stack_rows(rows: Sequence[torch.Tensor | None], params: list[torch.Tensor],
     return torch.cat(cols, dim=1)
 
 
+def _warn_unreached(objectives: Sequence[int]) -> None:
+    """A zero row because autograd found no path is a wiring bug, not a zero gradient: say so."""
+    if objectives:
+        warnings.warn(f"objectives {list(objectives)} do not reach the parameters (autograd found no path): their "
+                      "gradient is zero; pass the parameters the losses are computed from", UserWarning, stacklevel=3)
+
+
 def per_task_grads(losses: torch.Tensor, params, *, retain_graph: bool = False, batched: bool = True) -> torch.Tensor:
     """The ``[K, D]`` Jacobian of the loss vector w.r.t. the flattened ``params``.
 
     ``batched=True`` computes all K rows in one vmapped backward
     (``torch.autograd.grad(..., is_grads_batched=True)``); if that raises (an operation in
     the graph without a batching rule) it falls back to K backward passes. Parameters that
-    no loss reaches get zero rows. ``retain_graph`` as in ``torch.autograd.grad``.
+    no loss reaches get zero columns; objectives that reach none of them are named in a
+    ``UserWarning``. ``retain_graph`` as in ``torch.autograd.grad``.
     """
-    losses = _check_losses(losses)
-    params = _as_param_list(params)
-    bad = [i for i, p in enumerate(params) if not p.requires_grad]
-    if bad:
-        raise ValueError(f"params {bad} do not require grad; pass only trainable tensors")
+    losses, params = _check_losses(losses), _trainable(params)
     k = losses.shape[0]
     if batched and k > 1:
         eye = torch.eye(k, dtype=losses.dtype, device=losses.device)
@@ -117,7 +130,6 @@ def per_task_grads(losses: torch.Tensor, params, *, retain_graph: bool = False, 
             rows = torch.autograd.grad(
                 losses, params, grad_outputs=eye, is_grads_batched=True, retain_graph=retain_graph, allow_unused=True
             )
-            return _stack_rows(rows, params, k)
         except RuntimeError as batched_error:
             try:
                 return _loop_grads(losses, params, retain_graph)
@@ -126,17 +138,18 @@ def per_task_grads(losses: torch.Tensor, params, *, retain_graph: bool = False, 
                     "per_task_grads: the batched backward failed and the K-pass fallback could not reuse the "
                     f"graph ({loop_error}); call per_task_grads(..., batched=False) for this model"
                 ) from batched_error
+        _warn_unreached(range(k) if all(g is None for g in rows) else ())
+        return _stack_rows(rows, params, k)
     return _loop_grads(losses, params, retain_graph)
 
 
 def _loop_grads(losses: torch.Tensor, params: list[torch.Tensor], retain_graph: bool) -> torch.Tensor:
     k = losses.shape[0]
-    rows = []
-    for i in range(k):
-        keep = retain_graph or i < k - 1
-        grads = torch.autograd.grad(losses[i], params, retain_graph=keep, allow_unused=True)
-        rows.append(_stack_rows(grads, params, 1))
-    return torch.cat(rows, dim=0)
+    rows = [torch.autograd.grad(losses[i], params, retain_graph=retain_graph or i < k - 1, allow_unused=True)
+            for i in range(k)]
+    # a path through the loss vector reaches a parameter for every objective or for none
+    _warn_unreached(range(k) if all(g is None for row in rows for g in row) else ())
+    return torch.cat([_stack_rows(row, params, 1) for row in rows], dim=0)
 
 
 def backward(losses: torch.Tensor, params, aggregator: Callable, *, retain_graph: bool = False) -> torch.Tensor:
@@ -146,34 +159,107 @@ def backward(losses: torch.Tensor, params, aggregator: Callable, *, retain_graph
     losses too, which EPO-AL and loss-normalised methods need) or any callable
     ``[K, D] -> [D]``. Gradients accumulate into ``.grad`` like ``loss.backward()``; a
     ``torch.optim`` optimizer can step afterwards. Returns the flat ``[D]`` direction.
-    A loss weighting (``aggregator.needs_grads`` False: UW, DWA, FAMO, GLS, STCH) skips the
-    per-task gradients: one backward of ``aggregator.weighted_loss(losses)``.
+    An aggregator with ``needs_grads`` False (the loss weightings) skips the per-task
+    gradients: one backward of ``aggregator.weighted_loss(losses)``.
+
+    NaN/inf never reaches ``.grad``, under the aggregator's ``check_finite`` (a plain
+    callable counts as ``"raise"``): ``"raise"`` raises ``ValueError`` naming the objective
+    whose loss is non-finite or, when the graph is kept (``retain_graph=True``), whose own
+    gradient row is; ``"skip"`` writes a zero direction and counts the call once in
+    ``aggregator.nonfinite_steps``; ``"off"`` writes a zero direction. No host read but in
+    ``"raise"``. A loss weighting's state depends on the losses only: when they are finite
+    and only a gradient is not, it advances as usual.
     """
-    params = _as_param_list(params)
-    if isinstance(aggregator, Aggregator) and not aggregator.needs_grads:
-        return _weighted_loss_backward(_check_losses(losses), params, aggregator, retain_graph)
+    losses, params = _check_losses(losses), _trainable(params)
+    mode = aggregator.check_finite if isinstance(aggregator, Aggregator) else "raise"
+    counted = getattr(aggregator, "nonfinite_steps", None)
+    one_backward = isinstance(aggregator, Aggregator) and not aggregator.needs_grads
+    direction, grads = (_weighted_direction if one_backward else _aggregated_direction)(losses, params, aggregator, retain_graph)
+    ok = torch.isfinite(direction).all()
+    if mode == "raise" and not bool(ok):
+        if grads is not None and bool(torch.isfinite(grads).all() & torch.isfinite(losses).all()):
+            raise ValueError(f"the aggregator {aggregator!r} returned a non-finite direction from finite gradients and losses")
+        raise ValueError(_culprit(losses, params, retain_graph))
+    if mode != "raise":  # a device-side select on [D]: no host read
+        direction = torch.where(ok, direction, torch.zeros((), dtype=direction.dtype, device=direction.device))
+        if mode == "skip":
+            _count_once(aggregator, counted, ok)
+    write_grads(params, direction)
+    return direction
+
+
+def _weighted_direction(losses, params, aggregator, retain_graph: bool) -> tuple[torch.Tensor, None]:
+    """``needs_grads`` False: ONE backward of ``Σ_k w_k L_k`` gives ``weights @ J`` (no rows)."""
+    try:
+        loss = aggregator.weighted_loss(losses)
+    except ValueError as error:  # its "raise" policy on the losses: name the culprit the same way
+        if aggregator.check_finite != "raise" or bool(torch.isfinite(losses).all()):
+            raise
+        raise ValueError(_culprit(losses, params, retain_graph)) from error
+    rows = torch.autograd.grad(loss, params, retain_graph=retain_graph, allow_unused=True)
+    _warn_unreached(range(losses.shape[0]) if all(g is None for g in rows) else ())
+    return _stack_rows(rows, params, 1).reshape(-1), None
+
+
+def _aggregated_direction(losses, params, aggregator, retain_graph: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``[K, D]`` rows, then the aggregator (or a plain callable ``[K, D] -> [D]``) on them."""
     grads = per_task_grads(losses, params, retain_graph=retain_graph)
-    if isinstance(aggregator, Aggregator):
-        direction = aggregator(grads, losses.detach())
-    else:
-        direction = aggregator(grads)
+    try:
+        direction = aggregator(grads, losses.detach()) if isinstance(aggregator, Aggregator) else aggregator(grads)
+    except ValueError as error:  # its "raise" policy would name row 0 of a matrix smeared with NaN
+        finite = torch.isfinite(grads).all() & torch.isfinite(losses).all()
+        if getattr(aggregator, "check_finite", "raise") != "raise" or bool(finite):
+            raise
+        raise ValueError(_culprit(losses, params, retain_graph)) from error
     if not isinstance(direction, torch.Tensor) or direction.shape != (grads.shape[1],):
         raise ValueError(f"aggregator must return a [D]={grads.shape[1]} tensor, got {getattr(direction, 'shape', direction)}")
-    write_grads(params, direction)
-    return direction
+    return direction, grads
 
 
-def _weighted_loss_backward(losses, params, aggregator, retain_graph: bool) -> torch.Tensor:
-    """Loss weightings (``needs_grads`` False): ONE backward of ``Σ_k w_k L_k`` instead of the
-    [K, D] Jacobian; the same direction as ``weights @ J`` up to rounding."""
-    bad = [i for i, p in enumerate(params) if not p.requires_grad]
-    if bad:
-        raise ValueError(f"params {bad} do not require grad; pass only trainable tensors")
-    loss = aggregator.weighted_loss(losses)
-    rows = torch.autograd.grad(loss, params, retain_graph=retain_graph, allow_unused=True)
-    direction = _stack_rows(rows, params, 1).reshape(-1)
-    write_grads(params, direction)
-    return direction
+def _count_once(aggregator: Aggregator, before: torch.Tensor | None, ok: torch.Tensor) -> None:
+    """Count a non-finite direction in ``nonfinite_steps`` unless the aggregator's own policy
+    counted this call already (a non-finite loss), on device flags: no host read."""
+    after = aggregator.nonfinite_steps
+    zero = torch.zeros((), dtype=torch.int64, device=ok.device)
+    after, before = (zero if t is None else t for t in (after, before))
+    aggregator.nonfinite_steps = after + (~ok & (after == before)).to(torch.int64)
+
+
+def _culprit(losses: torch.Tensor, params: list[torch.Tensor], graph_kept: bool) -> str:
+    """The error-path message naming the first objective whose loss, or own gradient row, is
+    non-finite: a backward through the loss vector sends 0 to the other objectives, and 0 · inf
+    there spreads NaN over every row, so the rows as computed cannot tell."""
+    values = losses.detach()
+    bad = (~torch.isfinite(values)).nonzero()
+    if bad.numel():
+        k = int(bad[0, 0])
+        return f"objective {k} has a non-finite loss ({float(values[k])}); all {len(values)} losses must be finite"
+    k = _first_bad_own_row(losses, params) if graph_kept else None
+    if k is not None:
+        return f"objective {k} has a non-finite gradient (NaN/inf) although its loss {float(values[k]):g} is finite"
+    return (f"one of the {len(values)} objectives has a non-finite gradient (NaN/inf) although every loss is finite; "
+            "build the losses with torch.stack and call morl.backward(..., retain_graph=True) to have it named")
+
+
+def _first_bad_own_row(losses: torch.Tensor, params: list[torch.Tensor]) -> int | None:
+    """The first objective whose gradient through its own part of ``torch.stack``/``cat`` alone
+    is non-finite (the other parts get no gradient at all, not 0); None if losses is not K parts."""
+    parts = [node for node, _ in losses.grad_fn.next_functions] if losses.grad_fn is not None else []
+    if len(parts) != losses.shape[0]:
+        return None
+    for k, own in enumerate(parts):
+        if own is None:
+            continue
+        others = {id(n): n for n in parts if n is not None and n is not own}.values()
+        hooks = [n.register_prehook(lambda grads: (None,) * len(grads)) for n in others]
+        try:
+            rows = torch.autograd.grad(losses[k], params, retain_graph=True, allow_unused=True)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        if not all(g is None or bool(torch.isfinite(g).all()) for g in rows):
+            return k
+    return None
 
 
 def batched_task_grads(

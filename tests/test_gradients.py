@@ -1,12 +1,19 @@
-"""Per-objective gradients (batched and looped), morl.backward, and writing into .grad."""
+"""Per-objective gradients (batched and looped), morl.backward, and writing into .grad.
+
+References: K separate forward/backward passes with plain autograd, and closed-form Jacobians
+(L_k = c_k·a + d_k‖a‖² + e_k·b: ∂L_k/∂a = c_k + 2 d_k a, ∂L_k/∂b = e_k). Also pinned: every
+accepted form of ``params``, when the autograd graph is freed, how many backward passes each
+path makes, and the non-finite rule of morl.backward.
+"""
 
 import pytest
 import torch
 from torch.func import functional_call
 
 import morl
+import morl.gradients
 from morl.aggregators import available, build
-from morl.gradients import batched_task_grads, flatten, per_task_grads, unflatten, write_grads
+from morl.gradients import backward, batched_task_grads, flatten, per_task_grads, unflatten, write_grads
 
 K, B, N_IN, N_OUT = 4, 6, 5, 3
 
@@ -103,6 +110,8 @@ def test_unused_parameters_get_zero_rows(gen):
 
 
 def test_fallback_to_k_passes_when_batched_backward_fails(gen, monkeypatch):
+    """An op without a batching rule: the K-pass loop gives the same rows and honours
+    retain_graph too."""
     model, (x, y, scale) = mlp(), task_data(gen)
     ref = reference_rows(model, x, y, scale)
     real_grad = torch.autograd.grad
@@ -113,8 +122,10 @@ def test_fallback_to_k_passes_when_batched_backward_fails(gen, monkeypatch):
         return real_grad(*args, **kwargs)
 
     monkeypatch.setattr(torch.autograd, "grad", no_batching)
-    rows = per_task_grads(stacked_losses(model, x, y, scale), model.parameters())
-    assert torch.allclose(rows, ref, atol=1e-12)
+    losses = stacked_losses(model, x, y, scale)
+    assert torch.allclose(per_task_grads(losses, model.parameters(), retain_graph=True), ref, atol=1e-12)
+    losses.sum().backward()  # the graph is still there
+    assert torch.allclose(flatten(p.grad for p in model.parameters()), ref.sum(0), atol=1e-12)
 
 
 def test_backward_plus_sgd_equals_manual_step(gen):
@@ -142,12 +153,18 @@ def test_backward_accumulates_and_takes_plain_callables(gen):
 
 
 @pytest.mark.parametrize("name", available() + ["moco+cagrad"])
-def test_backward_works_with_every_aggregator(gen, name):
+def test_backward_works_with_every_aggregator(gen, name, monkeypatch):
+    """The direction written is the aggregator's on the K-pass rows; an aggregator with
+    ``needs_grads`` False (the loss weightings) gets there with ONE backward and never the
+    per-task Jacobian, every other one with one call of per_task_grads."""
     model, (x, y, scale) = mlp(), task_data(gen)
     agg, ref_agg = (build("moco", base="cagrad"), build("moco", base="cagrad")) if name == "moco+cagrad" else (build(name), build(name))
     losses = stacked_losses(model, x, y, scale)
     rows = reference_rows(model, x, y, scale)
+    calls, real = [], morl.gradients.per_task_grads
+    monkeypatch.setattr(morl.gradients, "per_task_grads", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     direction = morl.backward(losses, model.parameters(), agg)
+    assert len(calls) == int(agg.needs_grads)
     expected = ref_agg(rows, losses.detach())
     # Iterative solvers (CAGrad, MGDA) amplify last-bit differences between the two gradient
     # computations, hence a tolerance well above float64 rounding but far below the entries.
@@ -188,3 +205,258 @@ def test_bad_inputs_raise_clear_errors(gen):
         batched_task_grads(lambda p, a: (p["w"] * a).sum(), params, torch.ones(2, 3), per_task_params={"w": torch.ones(2, 3)})
     with pytest.raises(ValueError, match="scalar per task"):
         batched_task_grads(lambda p, a: p["w"] * a, params, torch.ones(2, 3))
+
+
+# -- closed-form Jacobians and the contracts the numbers alone do not show ----------------------------
+def quadratic(k: int = 3, seed: int = 0, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(2, generator=gen, dtype=dtype, requires_grad=True)
+    b = torch.randn(3, generator=gen, dtype=dtype, requires_grad=True)
+    c, d, e = (torch.randn(k, n, generator=gen, dtype=dtype) for n in (2, 1, 3))
+    losses = c @ a + d[:, 0] * (a @ a) + e @ b
+    jac = torch.cat([c + 2 * d * a.detach(), e], dim=1)  # the hand formula above
+    return a, b, losses, jac
+
+
+class Pair(torch.nn.Module):
+    def __init__(self, a, b):
+        super().__init__()
+        self.a, self.b = torch.nn.Parameter(a.detach().clone()), torch.nn.Parameter(b.detach().clone())
+
+
+@pytest.mark.parametrize("batched", [True, False])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_rows_equal_the_closed_form_jacobian(k, batched):
+    a, b, losses, jac = quadratic(k)
+    rows = per_task_grads(losses, [a, b], batched=batched)
+    torch.testing.assert_close(rows, jac, rtol=0, atol=1e-12)
+
+
+def test_every_params_form_gives_the_same_rows():
+    a, b, _, _ = quadratic()
+    module = Pair(a, b)
+    gen = torch.Generator().manual_seed(1)
+    c, e = torch.randn(3, 2, generator=gen, dtype=torch.float64), torch.randn(3, 3, generator=gen, dtype=torch.float64)
+
+    def losses():
+        return c @ module.a + e @ module.b
+
+    expected = torch.cat([c, e], dim=1)
+    for params in (module, dict(module.named_parameters()), [module.a, module.b]):
+        torch.testing.assert_close(per_task_grads(losses(), params), expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(per_task_grads(losses(), module.a), c, rtol=0, atol=1e-12)
+
+
+def test_unreached_parameter_gets_zero_columns_of_its_own_dtype():
+    # The only listed parameter is unused: the zero block must carry its float64 dtype, not
+    # torch's float32 default, and a warning names the objectives that do not reach it.
+    w = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    unused = torch.zeros(4, dtype=torch.float64, requires_grad=True)
+    for batched in (True, False):
+        with pytest.warns(UserWarning, match=r"objectives \[0, 1\] do not reach the parameters"):
+            rows = per_task_grads(torch.stack([w.sum(), (w * w).sum()]), [unused], batched=batched)
+        assert rows.dtype == torch.float64 and torch.equal(rows, torch.zeros(2, 4, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_graph_is_freed_by_default_and_kept_on_request(batched):
+    a, b, losses, _ = quadratic()
+    per_task_grads(losses, [a, b], batched=batched)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        losses.sum().backward()
+    a, b, losses, jac = quadratic()
+    per_task_grads(losses, [a, b], batched=batched, retain_graph=True)
+    losses.sum().backward()  # the graph is still there
+    torch.testing.assert_close(torch.cat([a.grad, b.grad]), jac.sum(0), rtol=0, atol=1e-12)
+
+
+def test_backward_frees_or_keeps_the_graph_like_autograd():
+    a, b, losses, _ = quadratic()
+    backward(losses, [a, b], lambda g: g.mean(0))
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        losses.sum().backward()
+    a, b, losses, jac = quadratic()
+    backward(losses, [a, b], lambda g: g.mean(0), retain_graph=True)
+    losses.sum().backward()
+    # .grad = mean row (from backward) + sum of rows (from the second pass)
+    torch.testing.assert_close(torch.cat([a.grad, b.grad]), jac.mean(0) + jac.sum(0), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "k,batched,calls", [(1, True, 1), (2, True, 1), (3, True, 1), (3, None, 1), (2, False, 2), (3, False, 3)]
+)
+def test_one_batched_backward_or_k_passes(monkeypatch, k, batched, calls):
+    # The batched path's promise is ONE vmapped backward for all K rows (also by default,
+    # batched=None here); batched=False makes K. A batched call that silently fell back to the
+    # loop would still give the right numbers.
+    seen = []
+    real_grad = torch.autograd.grad
+
+    def counting_grad(*args, **kwargs):
+        seen.append(kwargs.get("is_grads_batched", False))
+        return real_grad(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", counting_grad)
+    a, b, losses, jac = quadratic(k)
+    kwargs = {} if batched is None else {"batched": batched}
+    torch.testing.assert_close(per_task_grads(losses, [a, b], **kwargs), jac, rtol=0, atol=1e-12)
+    assert len(seen) == calls
+    batched = True if batched is None else batched
+    assert all(seen) if (batched and k > 1) else not any(seen)
+
+
+def test_write_grads_casts_to_the_parameter_dtype():
+    p = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
+    direction = torch.arange(6, dtype=torch.float32)
+    write_grads([p], direction)
+    assert p.grad.dtype == torch.float64
+    torch.testing.assert_close(p.grad, torch.arange(6, dtype=torch.float64).reshape(2, 3), rtol=0, atol=0)
+
+
+def test_backward_rejects_a_direction_of_the_wrong_length():
+    a, b, losses, _ = quadratic()
+    with pytest.raises(ValueError, match=r"aggregator must return a \[D\]=5 tensor"):
+        backward(losses, [a, b], lambda g: g.sum())  # a scalar, not [D]
+    a, b, losses, _ = quadratic()
+    with pytest.raises(ValueError, match=r"aggregator must return a \[D\]=5 tensor"):
+        backward(losses, [a, b], lambda g: torch.zeros(6, dtype=g.dtype))
+
+
+def _linear_loss(params, x):
+    return (x @ params["w"]).sum()
+
+
+def test_batched_task_grads_closed_form_with_one_dimensional_per_task_params():
+    # loss_k = Σ_b x_kb·w + s_k ⋅ ‖w‖²: ∂/∂w = Σ_b x_kb + 2 s_k w. s is [K], one scalar a task.
+    gen = torch.Generator().manual_seed(2)
+    w = torch.randn(3, generator=gen, dtype=torch.float64)
+    x = torch.randn(4, 5, 3, generator=gen, dtype=torch.float64)
+    s = torch.rand(4, generator=gen, dtype=torch.float64)
+
+    def loss_fn(params, xk):
+        return (xk @ params["w"]).sum() + params["s"] * (params["w"] @ params["w"])
+
+    losses, grads = batched_task_grads(loss_fn, {"w": w}, x, per_task_params={"s": s})
+    torch.testing.assert_close(grads, x.sum(1) + 2 * s[:, None] * w, rtol=0, atol=1e-12)
+    torch.testing.assert_close(losses, x.sum(1) @ w + s * (w @ w), rtol=0, atol=1e-12)
+
+
+def test_batched_task_grads_input_errors_name_the_culprit():
+    w = {"w": torch.randn(3, dtype=torch.float64)}
+    x = torch.randn(4, 5, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="non-empty dict"):
+        batched_task_grads(_linear_loss, [w["w"]], x)
+    with pytest.raises(ValueError, match=r"inputs\[1\] must be a tensor with a leading task dimension"):
+        batched_task_grads(_linear_loss, w, x, torch.tensor(1.0))
+    with pytest.raises(ValueError, match=r"per_task_params\['s'\] must be a tensor"):
+        batched_task_grads(_linear_loss, w, x, per_task_params={"s": torch.tensor(1.0)})
+    with pytest.raises(ValueError, match=r"scalar per task .*got \(5,\)"):
+        batched_task_grads(lambda p, xk: xk @ p["w"], w, x)
+    with pytest.raises(ValueError, match="scalar per task .*got float"):
+        batched_task_grads(lambda p, xk: 1.0, w, x)
+
+
+def test_batched_task_grads_accepts_one_number_per_task():
+    # inputs of shape [K] (one scalar per task) are valid: loss_k = t_k ‖w‖², ∂/∂w = 2 t_k w.
+    w = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    t = torch.tensor([0.5, 1.0, 3.0, -1.0], dtype=torch.float64)
+    losses, grads = batched_task_grads(lambda p, tk: tk * (p["w"] @ p["w"]), {"w": w}, t)
+    torch.testing.assert_close(grads, 2 * t[:, None] * w, rtol=0, atol=1e-12)
+    torch.testing.assert_close(losses, t * 5.25, rtol=0, atol=1e-12)
+
+
+# -- the non-finite rule of morl.backward ----------------------------------------------------------
+def _three_task_net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+
+
+def _three_losses(model, poison=None, how="loss"):
+    """Three squared-output losses; objective ``poison`` made non-finite: ``how="loss"`` divides
+    it by zero (the loss is inf), ``how="grad"`` adds sqrt(0·Σ out) (the loss stays finite, its
+    gradient is sqrt'(0) · 0 = inf · 0 = NaN)."""
+    out = model(torch.linspace(-1.0, 1.0, 24).reshape(6, 4))
+    parts = [(out[:, k] ** 2).mean() + 0.1 for k in range(3)]
+    if poison is not None:
+        zero = out[:, poison].sum() * 0.0
+        parts[poison] = parts[poison] / zero.abs() if how == "loss" else parts[poison] + torch.sqrt(zero.abs())
+    return torch.stack(parts)
+
+
+@pytest.mark.parametrize("mode", ["raise", "skip", "off"])
+@pytest.mark.parametrize("name", available())
+def test_no_nan_reaches_the_parameters_under_any_check_finite_mode(name, mode):
+    """A call with a NaN gradient (finite loss) and one with an inf loss leave the parameters
+    exactly as they were after an SGD step, under every mode: "raise" raises before .grad is
+    written, "skip" and "off" write a zero direction; "skip" counts each bad call once and a
+    finite call not at all. The finite call then moves the parameters, except under "off",
+    where a stateful method's state may hold the NaN it was given (zeroed again here)."""
+    model = _three_task_net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    agg = build(name, check_finite=mode)
+    start = [p.detach().clone() for p in model.parameters()]
+    for culprit, how in ((1, "grad"), (2, "loss")):
+        opt.zero_grad()
+        if mode == "raise":
+            with pytest.raises(ValueError, match="non-finite"):
+                morl.backward(_three_losses(model, culprit, how), model.parameters(), agg)
+        else:
+            morl.backward(_three_losses(model, culprit, how), model.parameters(), agg)
+        opt.step()
+        for p, p0 in zip(model.parameters(), start):
+            assert torch.equal(p.detach(), p0), (culprit, how)
+    if mode == "skip":
+        assert int(agg.nonfinite_steps) == 2
+    opt.zero_grad()
+    morl.backward(_three_losses(model), model.parameters(), agg)
+    opt.step()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    if mode != "off":
+        assert any(not torch.equal(p.detach(), p0) for p, p0 in zip(model.parameters(), start))
+    if mode == "skip":
+        assert int(agg.nonfinite_steps) == 2
+
+
+@pytest.mark.parametrize("name", ["mean", "upgrad", "uw"])
+@pytest.mark.parametrize("culprit", [1, 2])
+def test_raise_names_the_objective_whose_loss_went_non_finite(name, culprit):
+    """Objective ``culprit``'s loss is divided by zero: every row of the batched backward is NaN
+    (0 · inf on the other rows), the error names ``culprit``, not objective 0."""
+    model = _three_task_net()
+    with pytest.raises(ValueError, match=rf"^objective {culprit} has a non-finite loss"):
+        morl.backward(_three_losses(model, culprit, "loss"), model.parameters(), build(name))
+
+
+@pytest.mark.parametrize("name", ["mean", "upgrad", "uw"])
+@pytest.mark.parametrize("culprit", [1, 2])
+def test_raise_names_the_objective_whose_own_gradient_is_non_finite(name, culprit):
+    """A finite loss with a NaN gradient: with the graph kept, each row is recomputed on its own
+    and the error names ``culprit``; with the graph freed, it lists the objectives whose rows
+    are non-finite (every one: the batched backward spreads NaN) and says how to name it."""
+    model = _three_task_net()
+    with pytest.raises(ValueError, match=rf"^objective {culprit} has a non-finite gradient"):
+        morl.backward(_three_losses(model, culprit, "grad"), model.parameters(), build(name), retain_graph=True)
+    with pytest.raises(ValueError, match=r"retain_graph=True"):
+        morl.backward(_three_losses(model, culprit, "grad"), model.parameters(), build(name))
+
+
+@pytest.mark.parametrize("name", ["mean", "upgrad", "uw"])
+def test_losses_that_do_not_reach_the_parameters_warn(name):
+    """Losses built from other tensors than ``params``: autograd finds no path, the direction is
+    zero, and one UserWarning names the objectives."""
+    w = torch.randn(3, requires_grad=True)
+    unrelated = torch.nn.Linear(2, 2)
+    with pytest.warns(UserWarning, match=r"objectives \[0, 1\] do not reach the parameters") as record:
+        direction = morl.backward(torch.stack([w.sum(), (w * w).sum()]), unrelated, build(name))
+    assert len([r for r in record if "do not reach" in str(r.message)]) == 1
+    assert torch.equal(direction, torch.zeros(6))
+
+
+
+def test_a_plain_callable_that_returns_nan_from_finite_rows_is_refused():
+    """A plain callable counts as check_finite="raise": its NaN is not written, and the error
+    says the rows were finite (the callable is at fault, not an objective)."""
+    x = torch.randn(3, requires_grad=True)
+    with pytest.raises(ValueError, match="returned a non-finite direction from finite gradients"):
+        backward(torch.stack([x.sum(), (x * x).sum()]), [x], lambda g: g.sum(0) * float("nan"))
+    assert x.grad is None

@@ -1,11 +1,11 @@
 """Learners skip the per-task Jacobian for loss weightings (``needs_grads`` False).
 
-For morl.backward, MT-SAC (actor and aggregated critic), the SB3 adapter's actor step and the
-supervised adapter: with a loss weighting the per-task gradient routine is patched to raise,
-and the parameters after the update equal those of the explicit path (the same aggregator
-forced onto the [K, D] matrix: ``weights @ per-task gradients``), in float64 to 1e-10
-(measured worst |Δθ| over the 5 methods x 4 learners: 1.4e-16; Adam's first step is ±lr per entry, so a wrong weight or a
-missing task shows up as a full lr difference).
+For MT-SAC (actor and aggregated critic), the SB3 adapter's actor step and the supervised
+adapter (morl.backward: tests/test_gradients.py): with a loss weighting the per-task gradient
+routine is patched to raise, and the parameters after the update equal those of the explicit
+path (the same aggregator forced onto the [K, D] matrix: ``weights @ per-task gradients``), in
+float64 to 1e-10. Adam's first step is ±lr per entry, so a wrong weight or a missing task
+shows up as a full lr difference.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import pytest
 import torch
 
 import morl
-import morl.gradients
 from morl.agents.rl import sb3 as sb3_module
-from morl.agents.supervised import multitask as supervised_module
 from morl.agents.rl.mtsac import MTSAC, MTSACConfig
+from morl.agents.supervised import multitask as supervised_module
 from morl.agents.supervised.multitask import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
 
 NAMES = ["uw", "dwa", "famo", "gls", "stch"]
@@ -44,27 +43,6 @@ def float64():
     torch.set_default_dtype(torch.float64)
     yield
     torch.set_default_dtype(old)
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_morl_backward(name, monkeypatch, float64):
-    gen = torch.Generator().manual_seed(0)
-    x, y = torch.randn(32, 6, generator=gen), torch.randn(32, 3, generator=gen)
-    models = []
-    for fast in (True, False):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
-        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-        agg = morl.build(name) if fast else _explicit(morl.build(name))
-        with monkeypatch.context() as m:
-            if fast:
-                m.setattr(morl.gradients, "per_task_grads", _forbidden)
-            for _ in range(3):
-                opt.zero_grad()
-                morl.backward(((model(x) - y) ** 2).mean(0), list(model.parameters()), agg)
-                opt.step()
-        models.append(model)
-    _same(models[0].parameters(), models[1].parameters())
 
 
 T, OBS_RAW, A, B = 3, 5, 2, 8
@@ -169,16 +147,6 @@ def test_supervised_keep_task_grads_for_orderings(monkeypatch):
                             loss_fn=MultiTaskLoss(specs), keep_task_grads=True)
     adapter.step((torch.randn(8, 3), torch.randn(8, 2)))
     assert adapter.last_task_grads.shape == (2, sum(p.numel() for p in net.trunk.parameters()))
-
-
-def test_gradnorm_still_takes_the_matrix_path(monkeypatch):
-    assert morl.build("gradnorm").needs_grads
-    calls = []
-    real = morl.gradients.per_task_grads
-    monkeypatch.setattr(morl.gradients, "per_task_grads", lambda *a, **k: calls.append(1) or real(*a, **k))
-    model = torch.nn.Linear(3, 2)
-    morl.backward(((model(torch.randn(4, 3))) ** 2).mean(0), list(model.parameters()), morl.build("gradnorm"))
-    assert calls == [1]
 
 
 def test_mtsac_famo_critic_updates_its_logits_on_the_same_batch(float64):

@@ -24,7 +24,6 @@ import torch
 
 from morl.aggregators._adam import adam_step
 from morl.aggregators._checks import check_number
-from morl.aggregators.base import _all_finite
 from morl.aggregators.loss_weighting import LossWeighting
 
 OFFSET = 1e-8  # the authors' "+ 1e-8" inside the logs
@@ -40,6 +39,8 @@ class FAMO(LossWeighting):
     ``prev`` (the losses of the last call) and ``pending`` (its ξ update is still due).
     """
 
+    #: learners call :meth:`update` with the losses after their step, on the same batch
+    needs_losses_after_step = True
     _STATE = ("logits", "m", "v", "step", "prev", "pending")
 
     def __init__(self, w_lr: float = 0.025, gamma: float = 0.001, min_losses: float | list[float] = 0.0,
@@ -64,14 +65,13 @@ class FAMO(LossWeighting):
             self._offsets[key] = torch.tensor(self.min_losses, dtype=losses.dtype, device=losses.device)
         return self._offsets[key]
 
-    def _log_gap(self, losses: torch.Tensor) -> torch.Tensor:
-        return torch.log((losses - self._offset(losses) + OFFSET).clamp_min(OFFSET))
+    def _gap(self, losses: torch.Tensor) -> torch.Tensor:
+        return (losses - self._offset(losses) + OFFSET).clamp_min(OFFSET)  # D = L − ℓ + 1e-8
 
     def loss_weights(self, losses: torch.Tensor) -> torch.Tensor:
         self._step_logits(losses)  # the previous call's update, unless update() did it
         z = torch.softmax(self._get("logits", losses), dim=0)
-        gap = (losses - self._offset(losses) + OFFSET).clamp_min(OFFSET)
-        inv = z / gap
+        inv = z / self._gap(losses)
         self.prev = losses
         self.pending = torch.ones((), dtype=torch.bool, device=losses.device)
         return inv / inv.sum()  # = z_k / (c D_k), c = Σ z/D
@@ -87,9 +87,9 @@ class FAMO(LossWeighting):
 
     def _step_logits(self, after: torch.Tensor) -> None:
         # non-finite "after" losses (a step that blew up) skip the update instead of poisoning ξ
-        pending = self._flag("pending", after) & _all_finite(after)
+        pending = self._flag("pending", after) & torch.isfinite(after).all()
         xi = self._get("logits", after)
-        delta = self._log_gap(self._get("prev", after)) - self._log_gap(after)
+        delta = torch.log(self._gap(self._get("prev", after))) - torch.log(self._gap(after))
         z = torch.softmax(xi, dim=0)
         grad = z * (delta - (z * delta).sum())  # (∂z/∂ξ)ᵀ δ
         m, v, step = self._get("m", after), self._get("v", after), self._count("step", after)

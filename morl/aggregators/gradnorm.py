@@ -42,7 +42,7 @@ class GradNorm(LossWeighting):
         check_number("GradNorm", "lr", lr)
         self.alpha, self.lr = float(alpha), float(lr)
 
-    def _start(self, name: str, like: torch.Tensor) -> torch.Tensor:
+    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
         return torch.ones_like(like) if name == "w" else torch.zeros_like(like)
 
     def weighted_loss(self, losses: torch.Tensor) -> torch.Tensor:

@@ -1,11 +1,11 @@
-"""Loss weightings: methods whose K weights depend on the losses only (UW, DWA, FAMO, GLS, STCH).
+"""Loss weightings: methods whose K weights depend on the losses only (UW, DWA, FAMO, GLS, STCH, RLW).
 
 Their direction is Σ_k w_k g_k with weights w that never look at the gradients, so it is
 also the gradient of the weighted loss Σ_k w_k L_k with w held constant. A learner can then
 skip the [K, D] per-task Jacobian and run ONE backward (``needs_grads = False``):
 
     loss = agg.weighted_loss(losses)   # Σ_k w_k L_k, w detached: this step's weights
-    loss.backward()                    # .grad = Σ_k w_k ∇L_k = agg(J, losses) up to rounding
+    loss.backward()                    # .grad = Σ_k w_k ∇L_k
 
 ``morl.backward``, MT-SAC, the SB3 adapter and ``SupervisedMTL`` do exactly this when
 ``aggregator.needs_grads`` is False. Wherever a [K, D] matrix is at hand, ``agg(grads, losses)``
@@ -29,8 +29,8 @@ class LossWeighting(Aggregator):
 
     ``loss_weights(losses)`` returns this step's ``[K]`` weights (detached) and advances the
     method's state; :meth:`aggregate` and :meth:`weighted_loss` both call it exactly once, so
-    the per-task path and the one-backward path produce the same weights and the same state.
-    ``_STATE`` names the buffers; ``_start(name, like)`` gives a buffer's starting value.
+    either way gives the same weights and the same state. ``_STATE`` names the buffers;
+    ``_initial_state(name, like)`` gives a buffer's value before the first call.
     """
 
     needs_losses = True
@@ -45,7 +45,6 @@ class LossWeighting(Aggregator):
     def loss_weights(self, losses: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    # -- the two ways to use it ----------------------------------------------------------------
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         w = self.loss_weights(losses).to(grads.dtype)
         self.weights = w
@@ -54,11 +53,11 @@ class LossWeighting(Aggregator):
     def weighted_loss(self, losses: torch.Tensor) -> torch.Tensor:
         """Σ_k w_k L_k with this step's weights detached: its backward is ``weights @ J``.
 
-        The weights come from a call on the K×K identity (w @ I = w), so the one non-finite
-        policy of :class:`Aggregator` applies unchanged: ``"raise"`` names the first non-finite
-        loss; ``"skip"`` zeroes the weights (the loss is then 0·L, whose gradient is NaN only
-        where ∇L is, which a guarded optimizer step refuses), keeps every buffer as it was and
-        counts the call in ``nonfinite_steps``; forward hooks see the call.
+        The weights come from a call on the K×K identity (w @ I = w), so the non-finite policy
+        of :class:`Aggregator` applies to the losses unchanged: ``"raise"`` names the first
+        non-finite loss; ``"skip"`` zeroes the weights, keeps every buffer as it was and counts
+        the call in ``nonfinite_steps``. The loss is then 0·L, whose gradient is still NaN
+        where ∇L is: ``morl.backward`` writes a zero step instead, other learners guard theirs.
         """
         if not isinstance(losses, torch.Tensor) or losses.dim() != 1 or losses.shape[0] < 1:
             raise ValueError(f"losses must be a [K] tensor with K >= 1, got {getattr(losses, 'shape', type(losses).__name__)}")
@@ -66,19 +65,11 @@ class LossWeighting(Aggregator):
         w = self(eye, losses.detach())
         return (w.detach() * losses).sum()
 
-    # -- state ---------------------------------------------------------------------------------
-    def _start(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        """Starting value of buffer ``name``, shaped and typed like ``like`` (zeros/False)."""
-        return torch.zeros_like(like)
-
-    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        return self._start(name, like)
-
     def _get(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        """Buffer ``name`` (its starting value before the first call), in ``like``'s dtype/device."""
+        """Buffer ``name`` (its initial state before the first call), in ``like``'s dtype/device."""
         value = getattr(self, name)
         if value is None:
-            return self._start(name, like)
+            return self._initial_state(name, like)
         if value.shape != like.shape:
             raise ValueError(
                 f"{type(self).__name__}: state {name!r} has shape {tuple(value.shape)} but this call needs "

@@ -43,7 +43,7 @@ class STCH(LossWeighting):
         check_number("STCH", "warmup", warmup, integer=True)
         self.mu, self.ideal, self.warmup = float(mu), ideal, warmup
 
-    def _start(self, name: str, like: torch.Tensor) -> torch.Tensor:
+    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
         if name == "low":
             return torch.full_like(like, torch.finfo(like.dtype).max)
         return torch.zeros_like(like)

@@ -37,7 +37,7 @@ class UW(LossWeighting):
         self.lr = float(lr)
         self.init_log_var = float(init_log_var)
 
-    def _start(self, name: str, like: torch.Tensor) -> torch.Tensor:
+    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
         if name == "log_var":
             return torch.full_like(like, self.init_log_var)
         return torch.zeros_like(like)
