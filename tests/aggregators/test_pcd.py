@@ -63,7 +63,7 @@ def _problem(seed: int, k: int, rank: int, d: int = 12) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("tau", [TAU, 0.3])
-@pytest.mark.parametrize("k", [2, 3, 5, 7])
+@pytest.mark.parametrize("k", [2, 3, 6])
 def test_pcd_direction_is_the_projection_of_its_definition(k, tau):
     # full rank and rank-deficient (dependent secondaries: infeasible or degenerate problems),
     # three calls each so the moving average moves; 9 seeds. Measured worst: 2.3e-12.
