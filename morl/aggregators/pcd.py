@@ -97,11 +97,11 @@ class PCD(GramianAggregator):
     def _warn_if_slow(self, k: int) -> None:
         if k >= SLOW_K and not self._warned_slow:
             self._warned_slow = True
-            n = k - 1
+            steps, n = self.max_iter or 3 * k + 10, k - 1
             warnings.warn(
-                f"PCD with K={k} objectives: a call with conflicting gradients takes up to {3 * k + 10} active-set "
-                f"steps, each solving a {n}x{n} system (~{(3 * k + 10) * 2 * n**3 / 3:.0e} flop, seconds or more a "
-                "call); max_iter caps the steps", UserWarning, stacklevel=2,
+                f"PCD with K={k} objectives: a call with conflicting gradients takes up to {steps} active-set "
+                f"steps, each solving a {n}x{n} system (~{steps * 2 * n**3 / 3:.0e} flop: seconds or more a call); "
+                "max_iter caps the steps", UserWarning,
             )
 
     def _update_scales(self, sq_norms: torch.Tensor) -> torch.Tensor:
