@@ -1,4 +1,5 @@
-"""EPO-AL: exact Pareto optimisation by a primal-dual augmented Lagrangian (Park, Vlaski, Hanzo).
+"""EPO-AL: exact Pareto optimisation by a primal-dual augmented Lagrangian (Park, Vlaski, Hanzo,
+"Scalable Min-Max Optimization via Primal-Dual Exact Pareto Optimization", arXiv 2504.02833).
 
 Algorithm 1 of the paper, one call per iteration. With the losses J and gradients G of the
 current iterate w_{i-1}:
@@ -104,13 +105,6 @@ def fairness_residual(losses: torch.Tensor, preference: torch.Tensor) -> torch.T
     """
     v = preference * losses
     return preference * (v - v.mean())
-
-
-def laplacian(preference: torch.Tensor) -> torch.Tensor:
-    """The explicit K x K matrix L_r of eq. (14) (for checks; the aggregator never builds it)."""
-    k = preference.shape[0]
-    centring = torch.eye(k, dtype=preference.dtype, device=preference.device) - 1.0 / k
-    return preference[:, None] * centring * preference[None, :]
 
 
 def _validate_preference(preference) -> torch.Tensor:

@@ -17,12 +17,9 @@ recomputed from C (which would cancel badly when g_i^PS is nearly opposite to g_
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from morl.aggregators._checks import check_choice, check_number
-from morl.aggregators._host import as_list, gramian_rows, weights_tensor
 from morl.aggregators.pcgrad import REDUCTIONS, PCGrad
 
 #: floor on √(1 − φ̂²): a target of ±1 asks for an infinite correction; this caps the growth of
@@ -51,8 +48,6 @@ class GradVac(PCGrad):
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[0]
-        if k == 2 and (rows := gramian_rows(gram)) is not None:  # one small CPU Gramian
-            return self._two_tasks_host(gram, rows)
         gram = gram.to(torch.float64)
         targets = self._current_targets(k, gram)
         orders = self._draw_orders(k, gram.device)
@@ -80,29 +75,6 @@ class GradVac(PCGrad):
         w = coef.sum(0)
         return w / k if self.reduction == "mean" else w
 
-    def _two_tasks_host(self, gram: torch.Tensor, g: list[list[float]]) -> torch.Tensor:
-        """K = 2 in Python floats: the loop above has one position, each task's partner is the
-        other, and the same float64 operations run on floats instead of ~40 tensor ops. No
-        orders are drawn: ``randperm(1)`` takes nothing from a CPU generator, so its state
-        (and every later draw) is the same as on the torch path (tests/test_host_path.py)."""
-        if self.targets is not None and self.targets.shape != (2, 2):
-            raise ValueError(f"GradVac holds targets for K={self.targets.shape[0]} tasks but got K=2; call reset() to start over")
-        t = [[0.0, 0.0], [0.0, 0.0]] if self.targets is None else as_list(self.targets)
-        tiny = torch.finfo(torch.float64).tiny
-        sq = [max(g[0][0], 0.0), max(g[1][1], 0.0)]
-        w = [1.0, 1.0]
-        for i, j in ((0, 1), (1, 0)):
-            own, norm_j, target = sq[i], sq[j], t[i][j]
-            defined = norm_j > tiny and own > tiny  # else the cosine counts as 0
-            phi = min(max(g[j][i] / math.sqrt(own * norm_j), -1.0), 1.0) if defined else 0.0
-            sin = math.sqrt(max(1.0 - phi * phi, 0.0))
-            sin_t = max(math.sqrt(max(1.0 - target * target, 0.0)), SIN_FLOOR)
-            if defined and phi < target:  # coef[i][j] += step: row i gains step·g_j
-                w[j] += math.sqrt(own) * (target * sin - phi * sin_t) / (math.sqrt(norm_j) * sin_t)
-            t[i][j] = (1.0 - self.beta) * target + self.beta * phi
-        self.targets = weights_tensor(t, gram, torch.float64)
-        return weights_tensor([x / 2 for x in w] if self.reduction == "mean" else w, gram)
-
     def _current_targets(self, k: int, like: torch.Tensor) -> torch.Tensor:
         if self.targets is None:
             return torch.zeros(k, k, dtype=like.dtype, device=like.device)  # φ̂^(0) = 0 (Algorithm 1)
@@ -110,7 +82,7 @@ class GradVac(PCGrad):
             raise ValueError(f"GradVac holds targets for K={self.targets.shape[0]} tasks but got K={k}; call reset() to start over")
         return self.targets.to(like)
 
-    def _draw_orders(self, k: int, device: torch.device = torch.device("cpu")) -> torch.Tensor:
+    def _draw_orders(self, k: int, device: torch.device) -> torch.Tensor:
         """[K, K − 1]: row i is a random order of the tasks j ≠ i. One ``randperm(K − 1)`` per
         task, in task order, mapped onto the others as TorchJD does (same seed, same orders)."""
         gen = self._generator_for(device)

@@ -19,14 +19,16 @@ Gramian's rounding gives d = 0.
 
 from __future__ import annotations
 
-import math
+import warnings
 
 import torch
 
 from morl.aggregators._checks import check_number
-from morl.aggregators._host import as_list, eps, gramian_rows, weights_tensor
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.priority_qp import dual_terms, solve, solve_host
+from morl.solvers.priority_qp import dual_terms, solve_masked
+
+#: from this many objectives on, a conflicting call's O(K⁴) solve takes seconds: warn once
+SLOW_K = 300
 
 
 class PCD(GramianAggregator):
@@ -34,8 +36,8 @@ class PCD(GramianAggregator):
 
     Options: ``tau`` (0.02; one fraction in [0, 1] for every secondary objective, or a list of
     K − 1), ``beta`` (0.999, in [0, 1)), ``eps`` (1e-8) and ``max_iter`` (None: 3K + 10 steps
-    of the active-set solver; it stops when done on the CPU, and an unfinished solve counts in
-    ``not_converged``). State (buffers): ``sq_norm_ema`` [K] (float64) and ``steps``.
+    of the active-set solver; an unfinished solve counts in ``not_converged``). State
+    (buffers): ``sq_norm_ema`` [K] (float64) and ``steps``.
     """
 
     gramian_in_units = True  # the moving average is of ‖g_k‖² in the gradients' units
@@ -58,74 +60,49 @@ class PCD(GramianAggregator):
         self.beta, self.eps, self.max_iter = float(beta), float(eps), max_iter
         self.register_buffer("sq_norm_ema", None)
         self.register_buffer("steps", None)
+        self._tau_on: torch.Tensor | None = None  # a tau list, copied to the Gramian's device once
+        self._warned_slow = False
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         """Weights for ``gram`` = J Jᵀ ([K, K], the gradients' units); updates the average."""
         k = gram.shape[-1]
-        precision = 10.0 * eps(gram.dtype)
-        dependence_tol = max(1e-9, precision)
-        max_iter = self.max_iter or 3 * k + 10
-        rows = gramian_rows(gram) if self._state_on(gram.device) else None
-        if rows is not None:  # one small CPU Gramian: all in Python floats
-            return self._host_weights(rows, self._tau_list(k), precision, dependence_tol, max_iter, gram)
-        taus = self._tau_tensor(k, gram.device)
+        taus = self._taus(k, gram.device)
+        self._warn_if_slow(k)
+        precision = 10.0 * torch.finfo(gram.dtype).eps
         g = gram.to(torch.float64)
         scales = self._update_scales(torch.diagonal(g))
         normalised = g * scales.unsqueeze(-1) * scales.unsqueeze(-2)
-        a, b = dual_terms(normalised, taus)
-        multipliers = b  # K = 1: empty, no secondary objective
+        w = torch.ones(k, dtype=torch.float64, device=g.device)  # [1, μ]: d̃ = g̃₁ + Σ μ_j g̃_j
         if k > 1:
-            mu, feasible, converged = solve(a, b, dependence_tol, max_iter)
+            a, b = dual_terms(normalised, taus)
+            mu, feasible, converged = solve_masked(a, b, max(1e-9, precision), self.max_iter or 3 * k + 10)
             self._count_not_converged(converged)
-            multipliers = torch.where(feasible, mu, 0.0)
-        w = torch.cat([torch.ones(1, dtype=torch.float64, device=g.device), multipliers])
+            w = torch.cat([w[:1], torch.where(feasible, mu, 0.0)])  # infeasible: drop the constraints
         d_sq = w @ normalised @ w
         magnitude = (w.abs() @ torch.diagonal(normalised).sqrt()).square()
-        ok = (g[0, 0] > 0) & (d_sq > precision * magnitude)
+        ok = (g[0, 0] > 0) & (d_sq > precision * magnitude)  # else d̃ = 0 up to the Gramian's rounding
         w = torch.where(ok, w * scales * torch.sqrt(g[0, 0] / torch.where(ok, d_sq, 1.0)), 0.0)
         return w.to(gram.dtype)
 
-    def _host_weights(self, rows, taus, precision, dependence_tol, max_iter, like) -> torch.Tensor:
-        """The Python-float path of :meth:`weights_from_gramian` (one small CPU Gramian): the same
-        average, QP and rescaling, without ~40 torch ops on K-sized tensors."""
-        k = len(rows)
-        scales = self._update_scales_host([rows[i][i] for i in range(k)], like)
-        g = [[rows[i][j] * scales[i] * scales[j] for j in range(k)] for i in range(k)]
-        a = [row[1:] for row in g[1:]]
-        b = [t * a[j][j] - g[j + 1][0] for j, t in enumerate(taus)]
-        mu, converged = solve_host(a, b, dependence_tol, max_iter) if k > 1 else ([], True)
-        if not converged:
-            self._count_not_converged(torch.zeros((), dtype=torch.bool))
-        w = [1.0] + (mu if mu is not None else [0.0] * (k - 1))
-        d_sq = sum(wi * wj * g[i][j] for i, wi in enumerate(w) for j, wj in enumerate(w))
-        magnitude = sum(abs(wi) * math.sqrt(g[i][i]) for i, wi in enumerate(w)) ** 2
-        if not (rows[0][0] > 0 and d_sq > precision * magnitude):
-            return weights_tensor([0.0] * k, like)
-        factor = math.sqrt(rows[0][0] / d_sq)
-        return weights_tensor([wi * si * factor for wi, si in zip(w, scales)], like)
-
-    def _state_on(self, device: torch.device) -> bool:
-        """The average is absent or on ``device`` (a state moved elsewhere takes the torch path)."""
-        return self.sq_norm_ema is None or self.sq_norm_ema.device == device
-
-    def _tau_list(self, k: int) -> list[float]:
-        if isinstance(self.tau, list):
-            if len(self.tau) != k - 1:
-                raise ValueError(f"PCD option tau has {len(self.tau)} values; allowed: one per secondary objective ({k - 1} for K = {k})")
-            return self.tau
-        return [self.tau] * (k - 1)
-
-    def _tau_tensor(self, k: int, device: torch.device) -> torch.Tensor:
-        """[K − 1] float64 τ on ``device``: a fill for one τ; a list is copied to a device once
-        and cached (a call never copies host→device)."""
-        taus = self._tau_list(k)
+    def _taus(self, k: int, device: torch.device) -> torch.Tensor:
+        """[K − 1] float64 τ on ``device`` (a call never copies host→device but the first)."""
         if not isinstance(self.tau, list):
             return torch.full((k - 1,), self.tau, dtype=torch.float64, device=device)
-        cached = self.__dict__.get("_tau_on")
-        if cached is None or cached[0] != device:
-            cached = (device, torch.tensor(taus, dtype=torch.float64).to(device))
-            self.__dict__["_tau_on"] = cached
-        return cached[1]
+        if len(self.tau) != k - 1:
+            raise ValueError(f"PCD option tau has {len(self.tau)} values; allowed: one per secondary objective ({k - 1} for K = {k})")
+        if self._tau_on is None or self._tau_on.device != device:
+            self._tau_on = torch.tensor(self.tau, dtype=torch.float64).to(device)
+        return self._tau_on
+
+    def _warn_if_slow(self, k: int) -> None:
+        if k >= SLOW_K and not self._warned_slow:
+            self._warned_slow = True
+            steps, n = self.max_iter or 3 * k + 10, k - 1
+            warnings.warn(
+                f"PCD with K={k} objectives: a call with conflicting gradients takes up to {steps} active-set "
+                f"steps, each solving a {n}x{n} system (~{steps * 2 * n**3 / 3:.0e} flop: seconds or more a call); "
+                "max_iter caps the steps", UserWarning,
+            )
 
     def _update_scales(self, sq_norms: torch.Tensor) -> torch.Tensor:
         """s = 1/sqrt(v̂ + ε) after the average takes this call's ‖g_i‖² (0 where v̂ + ε = 0: a
@@ -135,30 +112,12 @@ class PCD(GramianAggregator):
             ema = torch.zeros_like(sq_norms)
             steps = torch.zeros((), dtype=torch.int64, device=sq_norms.device)
         elif ema.shape != sq_norms.shape:
-            _raise_shape_change(ema.shape[0], sq_norms.shape[0])
+            raise ValueError(f"PCD holds averages for {ema.shape[0]} objectives but got {sq_norms.shape[0]}; call reset() to start over")
         ema = self.beta * ema.to(sq_norms) + (1.0 - self.beta) * sq_norms
         steps = steps + 1
         denominators = torch.sqrt(ema / (1.0 - torch.pow(self.beta, steps.to(torch.float64))) + self.eps)
         self.sq_norm_ema, self.steps = ema, steps
         return torch.where(denominators > 0, 1.0 / denominators, 0.0)
 
-    def _update_scales_host(self, sq_norms: list[float], like: torch.Tensor) -> list[float]:
-        """:meth:`_update_scales` in Python floats, for the CPU path."""
-        ema, steps = ([0.0] * len(sq_norms), 0) if self.sq_norm_ema is None else (as_list(self.sq_norm_ema), as_list(self.steps))
-        if len(ema) != len(sq_norms):
-            _raise_shape_change(len(ema), len(sq_norms))
-        ema = [self.beta * e + (1.0 - self.beta) * sq for e, sq in zip(ema, sq_norms)]
-        steps += 1
-        # the registered buffers, set past nn.Module.__setattr__ (~15 µs a call here)
-        self._buffers["sq_norm_ema"] = weights_tensor(ema, like, torch.float64)
-        self._buffers["steps"] = torch.full((), steps, dtype=torch.int64)
-        correction = 1.0 - self.beta**steps
-        denominators = [math.sqrt(e / correction + self.eps) for e in ema]
-        return [1.0 / den if den > 0 else 0.0 for den in denominators]
-
     def __repr__(self) -> str:
         return f"PCD(tau={self.tau!r}, beta={self.beta:g}, eps={self.eps:g})"
-
-
-def _raise_shape_change(held: int, got: int) -> None:
-    raise ValueError(f"PCD holds averages for {held} objectives but got {got}; call reset() to start over")

@@ -25,19 +25,10 @@ the active μ_W by r = A_WW⁻¹ A_Wp. The full step −slack_p/‖z‖² makes 
 multiplier that reaches 0 first is dropped and p is tried again. When z = 0 (g_p depends on
 the active gradients) and no multiplier blocks, the step is unbounded: infeasible.
 
-Three forms of the same method:
-
-* :func:`solve_host`: Python floats, for one small CPU Gramian (K ≤ 16: a torch op on a K×K
-  tensor costs ~3 µs of dispatch, a whole Python iteration at K = 10 about as much);
-* :func:`solve_masked`: torch, batched-free but branch-free (the active set as a mask, every
-  step a ``where``), a fixed number of iterations: any device, ``torch.compile``; on the CPU
-  it stops as soon as it is done;
-* before it, on the CPU, :func:`pdas_rounds`: primal-dual active-set rounds (Hintermüller,
-  Ito & Kunisch, SIAM J. Optim. 13(3), 2003) that guess the active set from the slacks and
-  certify the guess by the KKT conditions, one Cholesky solve a round. Random or mildly
-  conflicting gradients settle in one or two rounds, where the one-constraint-at-a-time
-  method needs K − 1 iterations; an uncertified guess (or a singular A) leaves the problem
-  to the masked method.
+The method runs as tensor code on every device: the active set is a mask and every branch a
+``where``, at most ``max_iter`` steps; where reading a flag is free (the CPU) it stops as soon
+as the problem is solved. Each step solves one system in the masked A_WW, so a conflicting
+problem costs O(K⁴) over its ~K steps.
 
 Tolerances, relative to the problem's own scale (so any gradient scale solves alike): a
 constraint counts as met when its slack is ≥ −``tol``·max_j A_jj, and g_p as dependent on the
@@ -47,18 +38,12 @@ rounding, or rounding makes dependent rows look independent, with huge multiplie
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from morl.host_reads import reads_are_free
 
 #: relative violation below which a constraint counts as met
 TOL = 1e-9
-#: PDAS rounds tried first on the CPU (0 turns them off). On the conflicting problems of
-#: tests/test_pcd.py (K = 6..24, 360 of them) 4 rounds certified 265, 6 rounds 353, 8 all; a
-#: round is ~15 small ops, where the masked method takes ~K steps of ~30
-PDAS_ROUNDS = 8
 
 
 def dual_terms(gram: torch.Tensor, taus: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,117 +53,11 @@ def dual_terms(gram: torch.Tensor, taus: torch.Tensor) -> tuple[torch.Tensor, to
     return a, taus * torch.diagonal(a) - gram[1:, 0]
 
 
-def solve_host(a: list[list[float]], b: list[float], dependence_tol: float, max_iter: int) -> tuple[list[float] | None, bool]:
-    """(μ, converged) for the Python lists ``a`` (A) and ``b``; μ is None when the constraints
-    are infeasible. ``converged`` is False when ``max_iter`` steps (a guard against cycling
-    from rounding) ran out: μ is then the last (dual feasible) iterate."""
-    n = len(b)
-    atol = TOL * max([a[j][j] for j in range(n)] + [math.ulp(0.0)])
-    mu, active, steps = [0.0] * n, [], 0
-    while True:
-        slack = [_dot(a[j], mu) - b[j] for j in range(n)]
-        for j in active:  # active constraints hold with equality (up to rounding)
-            slack[j] = 0.0
-        p = min(range(n), key=slack.__getitem__)
-        if slack[p] >= -atol:
-            return mu, True
-        if steps >= max_iter:
-            return [max(m, 0.0) for m in mu], False
-        while steps < max_iter:  # add p, dropping blocking constraints first
-            steps += 1
-            r, full, partial, k = _host_step(a, mu, active, p, _dot(a[p], mu) - b[p], dependence_tol)
-            step = min(full, partial)
-            if step == math.inf:
-                return None, True
-            for j, rj in zip(active, r):
-                mu[j] -= step * rj
-            mu[p] += step
-            if full <= partial:
-                active.append(p)
-                break
-            mu[active[k]] = 0.0
-            del active[k]
-
-
-def _host_step(a, mu, active, p, slack_p, dependence_tol) -> tuple[list[float], float, float, int]:
-    """(r = A_WW⁻¹ A_Wp, the full step, the partial step, the index in ``active`` that blocks
-    it) for adding constraint p with slack ``slack_p`` < 0."""
-    r = _cholesky_solve([[a[i][j] for j in active] for i in active], [a[j][p] for j in active])
-    z_sq = a[p][p] - sum(a[p][j] * rj for j, rj in zip(active, r))
-    full = -slack_p / z_sq if z_sq > dependence_tol * a[p][p] else math.inf
-    partial, k = math.inf, -1
-    for i, (j, rj) in enumerate(zip(active, r)):
-        if rj > 0.0 and mu[j] / rj < partial:
-            partial, k = mu[j] / rj, i
-    return r, full, partial, k
-
-
-def _dot(x: list[float], y: list[float]) -> float:
-    return sum(u * v for u, v in zip(x, y))
-
-
-def _cholesky_solve(m: list[list[float]], rhs: list[float]) -> list[float]:
-    """m⁻¹ rhs for the symmetric positive definite ``m`` (the active gradients' Gramian: the
-    method adds only gradients independent of the active ones, so it is definite)."""
-    n = len(rhs)
-    low = [[0.0] * n for _ in range(n)]
-    for i in range(n):
-        for j in range(i + 1):
-            s = m[i][j] - sum(low[i][t] * low[j][t] for t in range(j))
-            low[i][j] = math.sqrt(max(s, 0.0)) if i == j else (s / low[j][j] if low[j][j] > 0.0 else 0.0)
-    y = [0.0] * n
-    for i in range(n):
-        y[i] = (rhs[i] - sum(low[i][t] * y[t] for t in range(i))) / low[i][i] if low[i][i] > 0.0 else 0.0
-    x = [0.0] * n
-    for i in reversed(range(n)):
-        x[i] = (y[i] - sum(low[t][i] * x[t] for t in range(i + 1, n))) / low[i][i] if low[i][i] > 0.0 else 0.0
-    return x
-
-
-def solve(a: torch.Tensor, b: torch.Tensor, dependence_tol: float, max_iter: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(μ, feasible, converged) as float64 [n] and two 0-d bools, for the tensors ``a`` [n, n]
-    and ``b`` [n] (float64) on any device: PDAS rounds first where reads are free, then the
-    masked method for what they leave."""
-    if PDAS_ROUNDS and reads_are_free(a):
-        mu = pdas_rounds(a, b, PDAS_ROUNDS, dependence_tol)
-        if mu is not None:
-            true = torch.ones((), dtype=torch.bool)
-            return mu, true, true
-    return solve_masked(a, b, dependence_tol, max_iter)
-
-
-def pdas_rounds(a: torch.Tensor, b: torch.Tensor, rounds: int, dependence_tol: float) -> torch.Tensor | None:
-    """μ certified optimal by the KKT conditions (μ ≥ 0, every slack ≥ −atol, μ_j = 0 off the
-    guessed active set), or None. Each round solves A_WW μ_W = b_W on the guess W, starting
-    from the constraints that d = g₁ violates, then keeps the rows of W with μ > 0 and adds
-    the rows outside it with negative slack. A guess whose gradients are dependent (a
-    Cholesky pivot L_jj² ≤ ``dependence_tol``·A_jj: the squared part of g_j orthogonal to the
-    earlier ones, the test of :func:`solve_host`) is left to the masked method: rounding
-    would make its solve look definite, with huge multipliers. CPU only (it reads flags)."""
-    n = b.shape[0]
-    atol = TOL * torch.diagonal(a).max().clamp_min(torch.finfo(a.dtype).tiny)
-    active = b > atol  # slack at μ = 0 is −b
-    eye = torch.eye(n, dtype=a.dtype)
-    for _ in range(rounds):
-        both = active.unsqueeze(-1) & active.unsqueeze(-2)
-        factor, info = torch.linalg.cholesky_ex(torch.where(both, a, eye))
-        if info.item() or bool((active & (torch.diagonal(factor).square() <= dependence_tol * torch.diagonal(a))).any()):
-            return None  # dependent gradients in the guess: the masked method decides
-        mu = torch.cholesky_solve(torch.where(active, b, 0.0).unsqueeze(-1), factor).squeeze(-1)
-        slack = a @ mu - b
-        kept = active & (mu > 0)
-        entering = ~active & (slack < -atol)
-        if bool((mu >= 0).all()) and bool((slack >= -atol).all()):
-            return mu
-        active = kept | entering
-    return None
-
-
 def solve_masked(a: torch.Tensor, b: torch.Tensor, dependence_tol: float, max_iter: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`solve_host` with the active set as a mask and every branch a ``where``: one step
-    (add p, or drop the constraint that blocks it) per iteration, ``max_iter`` iterations at
-    most, no host read but the CPU's early exit. (μ, feasible, converged); infeasible problems
-    return μ = 0."""
+    """(μ, feasible, converged) for ``a`` [n, n] and ``b`` [n] (float64, any device): one step
+    (add the most violated constraint p, or drop the active one that blocks it) per iteration,
+    ``max_iter`` iterations at most. Infeasible constraints give μ = 0 and feasible False;
+    ``converged`` is False when the steps ran out first."""
     n = b.shape[0]
     idx = torch.arange(n, device=a.device)
     eye = torch.eye(n, dtype=a.dtype, device=a.device)
@@ -209,8 +88,9 @@ def solve_masked(a: torch.Tensor, b: torch.Tensor, dependence_tol: float, max_it
 
 
 def _masked_step(a, mu, active, p, slack_p, idx, eye, dependence_tol):
-    """(μ, active set, whether p was added, whether the step is unbounded) after one step of
-    adding constraint p: the branch-free form of :func:`_host_step` and its update."""
+    """(μ, active set, whether p was added, whether the step is unbounded) after one step
+    towards adding constraint p: r = A_WW⁻¹ A_Wp, the full step −slack_p/‖z‖², the partial step
+    to the first active multiplier that reaches 0 (which is then dropped)."""
     col = a.index_select(1, p.view(1)).squeeze(1)
     both = active.unsqueeze(-1) & active.unsqueeze(-2)
     r = torch.linalg.solve(torch.where(both, a, eye), torch.where(active, col, 0.0))  # 0 off W

@@ -75,7 +75,7 @@ def test_weights_are_each_rows_share_of_its_l1_mass_in_d(leak):
             assert np.abs(agg.weights.numpy() - share / k).max() <= 1e-12
 
 
-def test_hand_computed():
+def test_a_mixed_column_keeps_the_sign_its_purity_and_draw_pick():
     """Columns (1, 3): P = 1, every positive entry is kept whatever U < 1: 4. Columns (−2, 1):
     P = ½(1 − 1/3) = 1/3, keep the positive 1 when U < 1/3, else the negative −2. weights: the
     kept share of each row's L1 mass."""
@@ -91,7 +91,7 @@ def test_hand_computed():
     torch.testing.assert_close(build("graddrop", leak=1.0)(j), j.mean(0))
 
 
-def test_sign_probabilities_and_unbiasedness():
+def test_the_positive_sign_is_kept_with_probability_p_and_d_is_unbiased():
     """One column repeated D = 4000 times gives D independent draws per call; over 20 seeds the
     fraction of coordinates keeping the positive entries estimates P, and the mean of d estimates
     E[d] = Σ_k g_k (P s⁺ + (1 − P) s⁻ = s⁺ + s⁻). Column (2, −1, 1, −0.5): P = 3/4.5 = 2/3.
@@ -116,7 +116,7 @@ def test_one_sign_columns_are_kept_and_zero_columns_stay_zero():
         torch.testing.assert_close(build("graddrop", seed=seed, reduction="sum")(j), torch.tensor([3.0, -4.0, 0.0]))
 
 
-def test_options_and_state():
+def test_bad_options_are_refused_and_the_generator_state_is_saved():
     for bad in ({"leak": 1.5}, {"leak": [0.1, -0.1]}, {"leak": True}, {"seed": -1}, {"reduction": "max"}):
         with pytest.raises(ValueError, match="GradDrop option"):
             build("graddrop", **bad)

@@ -1,9 +1,7 @@
-"""SDMGrad and MoDo: stateful weight updates on A = J₁J₂ᵀ (double sampling) or J Jᵀ.
-
-References: numpy transcriptions of the authors' code (SDMGrad's ``sdmgrad`` with torch SGD's
-momentum rule and their numpy simplex projection; MoDo's LibMTL ``backward`` with its loop
-projection), and TorchJD 0.18's ``SDMGradWeighting`` / ``MoDoWeighting``, which take the K×K
-matrix A itself (they return the weights; ours return d, with ``agg.weights``).
+"""SDMGrad (Xiao, Ban, Ji, NeurIPS 2023, arXiv 2305.18409, Algorithm 1): against a numpy
+transcription of the authors' ``sdmgrad`` (torch SGD's momentum rule, their numpy simplex
+projection) and TorchJD 0.18's ``SDMGradWeighting`` (fed the K×K matrix A; it returns the
+weights, ours d with ``agg.weights``), a hand value, and the double-sampling contract.
 """
 
 from __future__ import annotations
@@ -14,8 +12,7 @@ import torch
 import torchjd.aggregation as tj
 
 from morl.aggregators import build
-from morl.solvers.min_norm import min_norm
-from simplex_reference import proj_simplex_np
+from tests.simplex_reference import proj_simplex_np
 
 
 def _jacobian(seed, k, d=None, shared=0.3, scale=1.0):
@@ -25,7 +22,6 @@ def _jacobian(seed, k, d=None, shared=0.3, scale=1.0):
     return j * scale
 
 
-# -- SDMGrad --------------------------------------------------------------------------------------
 def authors_sdmgrad(j1, j2, w, lam=0.3, lr=10.0, momentum=0.5, niter=20, eps=0.0):
     """The authors' ``sdmgrad`` (½ wᵀAw + λ wᵀA w̃ by torch SGD with momentum, projected after
     each step), on A = J₁J₂ᵀ; their normaliser is mean sqrt(diag A + 1e-4) (``eps``). Their A
@@ -112,68 +108,8 @@ def test_sdmgrad_permutation_invariance_in_float64():
         assert (d - dp).norm() <= 1e-10 * d.norm()
 
 
-# -- MoDo -----------------------------------------------------------------------------------------
-def authors_modo_projection(y):
-    """LibMTL-MoDo's ``_projection2simplex`` (loop form)."""
-    m = len(y)
-    sorted_y = np.sort(y)[::-1]
-    tmpsum = 0.0
-    tmax_f = (np.sum(y) - 1.0) / m
-    for i in range(m - 1):
-        tmpsum += sorted_y[i]
-        tmax = (tmpsum - 1) / (i + 1.0)
-        if tmax > sorted_y[i + 1]:
-            tmax_f = tmax
-            break
-    return np.maximum(y - tmax_f, 0)
-
-
-@pytest.mark.parametrize("k", [2, 3, 5, 10])
-def test_modo_matches_the_authors_update_and_torchjd(k):
-    """λ ← Π(λ − γ(J₁J₂ᵀλ + ρλ)) over 4 calls, seeds 0..4, single and double sampling, against
-    the authors' update (their loop projection) and TorchJD's MoDoWeighting fed A: ≤ 1e-12
-    (measured ≤ 1.1e-16). d = Jᵀλ on the one sample or the mean of the two (the authors' code
-    steps with the sum, i.e. 2d)."""
-    for seed in range(5):
-        for double in (False, True):
-            agg, ref = build("modo", double_sampling=double), tj.MoDoWeighting(gamma=0.1, rho=0.1)
-            lam = np.ones(k) / k
-            for call in range(4):
-                j1 = _jacobian(100 * seed + call, k, scale=0.5)
-                j2 = _jacobian(100 * seed + call + 50, k, scale=0.5) if double else j1
-                d = agg(torch.cat([j1, j2]) if double else j1)
-                a = (j1 @ j2.T).numpy()
-                lam = authors_modo_projection(lam - 0.1 * (a @ lam + 0.1 * lam))
-                assert np.abs(agg.lam.numpy() - lam).max() <= 1e-12
-                assert (ref(j1 @ j2.T) - agg.lam).abs().max() <= 1e-12
-                assert np.allclose(d.numpy(), lam @ ((j1.numpy() + j2.numpy()) / 2), rtol=1e-12, atol=1e-14)
-
-
-def test_modo_hand_value():
-    """J = diag(2, 1): Aλ + ρλ = (2.05, 0.55) at λ = 1/2; λ − 0.1·that = (0.295, 0.445) sums to
-    0.74, so the projection adds 0.13: λ = (0.425, 0.575), d = (0.85, 0.575)."""
-    j = torch.tensor([[2.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
-    agg = build("modo")
-    d = agg(j)
-    assert torch.allclose(agg.lam, torch.tensor([0.425, 0.575], dtype=torch.float64), atol=1e-15)
-    assert torch.allclose(d, torch.tensor([0.85, 0.575], dtype=torch.float64), atol=1e-15)
-
-
-def test_modo_fixed_point_is_the_regularised_min_norm():
-    """Repeated calls on a fixed J (γ = 0.1 < 2/(λ_max(G) + ρ)) converge to
-    argmin_Δ ½λᵀGλ + (ρ/2)‖λ‖² (morl.solvers.min_norm with rho); 2000 calls: measured
-    3.5e-13 over seeds 0..4, bound 1e-8."""
-    for seed in range(5):
-        j = _jacobian(seed, 4, 12, scale=0.3)
-        g = j @ j.T
-        agg = build("modo")
-        for _ in range(2000):
-            agg(j)
-        assert (agg.lam - min_norm(g, rho=0.1)).abs().max() <= 1e-8, seed
-
-
-@pytest.mark.parametrize("name", ["sdmgrad", "modo"])
-def test_double_sampling_shapes_and_state_are_checked(name):
+def test_double_sampling_shapes_and_state_are_checked():
+    name = "sdmgrad"
     with pytest.raises(ValueError, match="double_sampling"):
         build(name, double_sampling=True)(torch.ones(5, 3))
     agg = build(name)
@@ -182,24 +118,24 @@ def test_double_sampling_shapes_and_state_are_checked(name):
         agg(torch.eye(4, dtype=torch.float64))
     agg.reset()
     assert agg(torch.eye(4, dtype=torch.float64)).shape == (4,)
-    with pytest.raises(ValueError, match="gamma|lr"):
-        build(name, **({"gamma": 0.0} if name == "modo" else {"lr": 0.0}))
+    with pytest.raises(ValueError, match="lr"):
+        build(name, lr=0.0)
 
 
-@pytest.mark.parametrize("name", ["sdmgrad", "modo"])
-def test_double_sampling_is_refused_as_a_weighting_base(name):
+def test_double_sampling_is_refused_as_a_weighting_base():
     """CR-MOGM averages ``weights`` and applies them to grads: with two stacked samples the
     direction is not weights @ grads ([K] weights, [2K, D] rows), so the base is refused."""
+    name = "sdmgrad"
     with pytest.raises(ValueError, match="weights @ grads"):
         build("cr_mogm", base=name, base_options={"double_sampling": True})
     build("cr_mogm", base=name)  # one sample: d = weights @ grads
 
 
-@pytest.mark.parametrize("name, state", [("sdmgrad", "w"), ("modo", "lam")])
-def test_a_skipped_first_call_leaves_the_starting_weights(name, state):
+def test_a_skipped_first_call_leaves_the_starting_weights():
     """Under ``check_finite="skip"`` a non-finite FIRST call is zeroed and puts the state back
     to where a fresh aggregator starts: the uniform 1/K (each method's initial λ, Alg. 1 of
     either paper), not zeros, so the next finite calls equal a fresh aggregator's."""
+    name, state = "sdmgrad", "w"
     gen = torch.Generator().manual_seed(5)
     js = [torch.randn(4, 9, generator=gen, dtype=torch.float64) for _ in range(3)]
     bad = js[0].clone()

@@ -60,7 +60,7 @@ def test_weights_follow_the_equations(warmup, eta):
 
 
 @pytest.mark.parametrize("warmup", [0, 3])
-def test_against_torchjd(warmup):
+def test_matches_torchjd(warmup):
     """TorchJD 0.18's ExcessMTL (its weights start at 1/m and sum to 1, as here) over 8 calls
     of K = 2, 5 in float32 and float64: directions to 4e-6 / 1e-12 relative (measured over
     seeds 0..9: 3.8e-7 and 9.9e-16; float32's bound leaves room for other CPUs' kernels, whose

@@ -88,7 +88,7 @@ def test_a_zero_row_has_cosine_zero_as_torchjds_eps_makes_it(k):
     any row counts as 0 (TorchJD with its default eps = 1e-8 in the denominators gets the same
     up to ~1e-8), so rows are corrected towards positive targets only from a defined cosine,
     and nothing turns NaN; the targets of its pairs decay towards 0. Row 1 is zero in every
-    call; K = 2 takes the Python-float path. Measured over seeds 0..3 and 4 calls: worst
+    call. Measured over seeds 0..3 and 4 calls: worst
     difference 1.4e-9 of max|d_tj| (targets: 2.7e-10 absolute); bound 1e-6."""
     for seed in range(4):
         mats = [m.clone() for m in _mats(seed, k, 13, 4, shared=0.4)]
@@ -107,7 +107,7 @@ def test_a_zero_row_has_cosine_zero_as_torchjds_eps_makes_it(k):
         torch.testing.assert_close(ours.targets, theirs.gramian_weighting._phi_t, rtol=0, atol=1e-6)
 
 
-def test_zero_targets_are_pcgrad():
+def test_zero_targets_make_gradvac_pcgrad():
     """β = 0 keeps φ̂ = 0: the correction is then ‖g_i‖(0 − φ)/‖g_j‖ g_j = −(g_i·g_j/‖g_j‖²) g_j
     when g_i·g_j < 0, PCGrad's projection. With PCGrad given the same relative orders (each
     task's own index appended last, which PCGrad skips) the weights agree to rounding, call
@@ -126,7 +126,7 @@ def test_zero_targets_are_pcgrad():
             assert torch.equal(vac.targets, torch.zeros(k, k, dtype=torch.float64))
 
 
-def test_hand_computed_two_calls():
+def test_two_hand_computed_calls_move_the_targets_to_the_cosines():
     """Call 1: g1 = (1, 0), g2 = (1, 1): no conflict (φ̂ = 0 ≤ φ), with β = 1 both targets
     become cos = 1/√2, d = g1 + g2 = (2, 1). Call 2: g1 = (1, 0), g2 = (0, 1), φ = 0 < 1/√2:
     g1' = g1 + ‖g1‖(φ̂·1 − 0)/(‖g2‖√(1 − φ̂²)) g2 = (1, 1), likewise g2' = (1, 1); d = (2, 2), and
@@ -143,7 +143,7 @@ def test_hand_computed_two_calls():
     torch.testing.assert_close(mean(torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)), torch.tensor([1.0, 1.0], dtype=torch.float64))
 
 
-def test_state_and_options():
+def test_a_new_task_count_needs_a_reset_and_bad_options_are_refused():
     agg = build("gradvac", beta=0.5)
     agg(torch.randn(3, 5))
     with pytest.raises(ValueError, match="K=3 tasks but got K=4"):
@@ -155,7 +155,7 @@ def test_state_and_options():
             build("gradvac", **bad)
 
 
-def test_target_of_one_stays_finite():
+def test_a_target_cosine_of_one_gives_a_finite_direction():
     """φ̂ = 1 asks for an infinite correction; √(1 − φ̂²) is floored (SIN_FLOOR), so d is finite."""
     agg = build("gradvac", beta=1.0, reduction="sum")
     agg(torch.tensor([[1.0, 0.0], [2.0, 0.0]], dtype=torch.float64))  # cos = 1 -> φ̂ = 1
