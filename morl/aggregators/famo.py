@@ -41,6 +41,7 @@ class FAMO(LossWeighting):
     """
 
     _STATE = ("logits", "m", "v", "step", "prev", "pending")
+    needs_losses_after_step = True
 
     def __init__(self, w_lr: float = 0.025, gamma: float = 0.001, min_losses: float | list[float] = 0.0,
                  check_finite: str = "raise") -> None:

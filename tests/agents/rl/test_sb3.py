@@ -11,8 +11,6 @@ import morl
 from morl.agents.rl.sb3 import MultiTaskSAC, SB3VecEnv, folderless_logger
 from morl.envs import evaluate_policy, make_env
 
-
-
 SMALL = dict(policy_kwargs=dict(net_arch=[64, 64]), batch_size=256, learning_rate=1e-3, learning_starts=200)
 
 
@@ -67,6 +65,7 @@ def test_bad_arguments_fail_before_building():
         MultiTaskSAC("MlpPolicy", gym.make("Pendulum-v1"))
 
 
+@pytest.mark.integration
 def test_learns_point_mass_logs_tensorboard_and_round_trips(tmp_path):
     """CAGrad-aggregated MT-SAC through SB3's own ``learn()`` solves the 4 conflicting goals.
 
