@@ -10,6 +10,7 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 import morl
 from morl.agents.rl.sb3 import MultiTaskSAC, SB3VecEnv, folderless_logger
 from morl.envs import evaluate_policy, make_env
+from tests.scripted_env import STEP, ScriptedEnv, check_transitions
 
 SMALL = dict(policy_kwargs=dict(net_arch=[64, 64]), batch_size=256, learning_rate=1e-3, learning_starts=200)
 
@@ -32,6 +33,28 @@ def test_vecenv_adapter_reports_sb3_episode_keys():
         assert np.abs(obs[i, :2]).max() <= env.init_noise  # obs is already the next episode's start
     with pytest.raises(ValueError, match="MultiTaskVecEnv"):
         SB3VecEnv(object())
+
+
+def test_the_replay_holds_each_episodes_final_observation_and_its_true_terminations():
+    """SB3's own collection through SB3VecEnv, on episodes that end by termination (task 0 at step 3),
+    by the time limit alone (task 1 at 5) and by termination on the limit's step (task 2 at 5): each
+    stored next observation is the step after its observation in the same episode (the final one,
+    not the reset one), and what SAC treats as terminal (``dones`` unless ``timeouts``) is exactly
+    where the env terminated."""
+    env = ScriptedEnv()
+    steps = 12
+    model = MultiTaskSAC("MlpPolicy", env, aggregator="mean", seed=0, buffer_size=64, learning_starts=10_000,
+                         policy_kwargs=dict(net_arch=[8]))
+    model.learn(steps * env.num_envs)
+    buffer = model.replay_buffer
+    assert buffer.pos == steps
+    terminal = buffer.dones[:steps] * (1 - buffer.timeouts[:steps])  # SB3's target uses (1 - this)
+    for i in range(env.num_envs):
+        check_transitions(buffer.observations[:steps, i], buffer.next_observations[:steps, i], terminal[:, i],
+                          env.terminate_at[i])
+    ends = buffer.next_observations[:steps, :, STEP]
+    assert buffer.dones[:steps].sum(0).tolist() == [(ends[:, i] == end).sum() for i, end in enumerate([3, 5, 5])]
+    assert terminal.sum(0).tolist() == [4, 0, 2]
 
 
 def _task_batch(model, task, n=64):
