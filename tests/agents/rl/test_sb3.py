@@ -13,6 +13,7 @@ from morl.envs import evaluate_policy, make_env
 from tests.scripted_env import STEP, ScriptedEnv, check_transitions
 
 SMALL = dict(policy_kwargs=dict(net_arch=[64, 64]), batch_size=256, learning_rate=1e-3, learning_starts=200)
+COLLECT = dict(SMALL, learning_starts=10**6)  # learn() only fills the replay: the test calls train() itself
 
 
 def test_vecenv_adapter_reports_sb3_episode_keys():
@@ -66,7 +67,7 @@ def _task_batch(model, task, n=64):
 
 def test_temperatures_are_per_task():
     env = make_env("point_mass", seed=0)
-    model = MultiTaskSAC("MlpPolicy", env, aggregator="mean", seed=0, **SMALL)
+    model = MultiTaskSAC("MlpPolicy", env, aggregator="mean", seed=0, **COLLECT)
     assert model.log_ent_coef.shape == (4,)
     model.learn(300)
     batch = _task_batch(model, task=2)
@@ -187,7 +188,7 @@ def test_ent_coef_loss_is_logged_under_sb3s_key(num_tasks):
     """``train/ent_coef_loss``: SB3's SAC logs ``-mean_i log alpha (log pi(a_i|s_i) + H)``; with K
     temperatures it is the mean over the batch's tasks of each task's own mean (the same for K = 1)."""
     model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0, num_tasks=num_tasks), aggregator="mean", seed=0,
-                         ent_coef="auto_0.5", **SMALL)
+                         ent_coef="auto_0.5", **COLLECT)
     model.learn(300)
     batch = _without_task(model, task=3) if num_tasks == 4 else model.replay_buffer.sample(64)
     model.replay_buffer.sample = lambda *a, **k: batch
@@ -206,7 +207,7 @@ def test_ent_coef_loss_is_logged_under_sb3s_key(num_tasks):
 def test_a_task_absent_from_the_batch_is_left_out_of_the_aggregation():
     """MGDA on the rows of the present tasks, not on a zero row for the absent one (which makes the
     min-norm point 0). Reference: per-task gradients by separate autograd passes, and MGDA on them."""
-    model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator="mgda", seed=0, **SMALL)
+    model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator="mgda", seed=0, **COLLECT)
     model.learn(300)
     batch = _without_task(model, task=3)
     params = [p for p in model.actor.parameters() if p.requires_grad]
@@ -235,7 +236,7 @@ def test_train_aggregates_the_present_tasks_unless_the_aggregator_keeps_per_task
     """Through train(): MGDA/CAGrad/UPGrad/Nash-MTL (whose state is a warm start) see the 3 present
     tasks; MoCo, whose tracked gradients are per task, sees all 4 (a zero row for the absent one);
     the logged weights are per task."""
-    model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator=aggregator, seed=0, **SMALL)
+    model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator=aggregator, seed=0, **COLLECT)
     model.learn(300)
     batch = _without_task(model, task=3)
     model.replay_buffer.sample = lambda *a, **k: batch
