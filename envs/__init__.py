@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from morl.envs.choices import NORMALIZATION_CHOICES, PROTOCOLS
 from morl.envs.evaluation import default_eval_episodes, evaluate_policy
+from morl.envs.metaworld_env import MetaWorldVecEnv, mt1_task_names
+from morl.envs.point_mass import PointMassEnv
 from morl.envs.reward_normalization import RewardNormalizer
 from morl.envs.vector import MultiTaskVecEnv
 
@@ -55,16 +57,12 @@ def make_env(
 
 def _build(name, seed, protocol, max_episode_steps, num_tasks, envs_per_task, eval, reward_function_version):
     if name == "point_mass":
-        from morl.envs.point_mass import PointMassEnv
-
         if reward_function_version != "v2":
             raise ValueError(f"reward_function_version {reward_function_version!r} exists for Meta-World only; "
                              "point_mass has one reward (leave it at v2)")
         kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
         return PointMassEnv(num_tasks=4 if num_tasks is None else num_tasks, envs_per_task=envs_per_task, seed=seed, **kwargs)
     if name in ("mt10", "mt50") or name.startswith("mt1:"):
-        from morl.envs.metaworld_env import MetaWorldVecEnv, mt1_task_names
-
         if name.startswith("mt1:") and name[4:] not in mt1_task_names():
             raise ValueError(f"unknown Meta-World task {name[4:]!r} in {name!r}; valid tasks: {', '.join(mt1_task_names())}")
         return MetaWorldVecEnv(name, seed=seed, protocol=protocol, max_episode_steps=max_episode_steps,

@@ -21,6 +21,8 @@ from typing import Callable
 
 import numpy as np
 
+from morl.envs.metaworld_env import MetaWorldVecEnv
+from morl.envs.point_mass import PointMassEnv
 from morl.envs.vector import MultiTaskVecEnv
 
 #: Meta-World's cameras that show the whole scene, and whether MuJoCo's image from them is
@@ -139,12 +141,8 @@ class _Recorder:
 
 def make_painter(env: MultiTaskVecEnv, size: int, camera: str):
     """What draws sub-env ``i`` of ``env``: ``frame(i) -> [size, size, 3] uint8``, then ``close()``."""
-    from morl.envs.point_mass import PointMassEnv
-
     if isinstance(env, PointMassEnv):
         return PointMassPainter(env, size)
-    from morl.envs.metaworld_env import MetaWorldVecEnv
-
     if isinstance(env, MetaWorldVecEnv):
         return MuJoCoPainter([sub for sub in env._envs], size, camera)
     raise ValueError(f"no renderer for {type(env).__name__}; videos exist for Meta-World envs and point_mass")

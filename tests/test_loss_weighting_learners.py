@@ -52,7 +52,7 @@ def _mtsac(name, explicit, aggregate_critic):
     cfg = MTSACConfig(hidden_sizes=[16, 16], batch_size=T * B, buffer_capacity=100, aggregate_critic=aggregate_critic)
     agent = MTSAC(OBS_RAW + T, A, T, cfg, morl.build(name), "cpu", 0)
     if explicit:
-        agent._loss_weighted = False
+        agent._one_backward = False
         if agent.critic_aggregator is not None:
             _explicit(agent.critic_aggregator)
     return agent
@@ -70,8 +70,8 @@ def _mtsac_batch(seed):
 @pytest.mark.parametrize("aggregate_critic", [False, True])
 def test_mtsac_actor_and_critic(name, aggregate_critic, monkeypatch, float64):
     fast, slow = _mtsac(name, False, aggregate_critic), _mtsac(name, True, aggregate_critic)
-    assert fast._loss_weighted and not slow._loss_weighted
-    fast._actor_task_grads = _forbidden
+    assert fast._one_backward and not slow._one_backward
+    fast.kernels.actor_task_grads = _forbidden
     monkeypatch.setattr(fast, "_aggregate_critic_grads", _forbidden)
     for step in range(3):
         out_f = fast.update(_mtsac_batch(step), step, diagnostics=False)

@@ -117,9 +117,9 @@ def test_update_pieces_compile_fullgraph():
     agent, batch, eps = _agent_and_batch()
     alpha = agent.log_alpha.detach().exp().expand(agent.num_tasks)
     pieces = [
-        (agent._critic_losses_eager, (batch["obs"], batch["action"], batch["reward"], batch["next_obs"],
+        (agent._critic_losses, (batch["obs"], batch["action"], batch["reward"], batch["next_obs"],
                                       batch["terminated"], eps, alpha)),
-        (agent._actor_task_grads_eager, (batch["obs"], eps, alpha)),
+        (agent._actor_task_grads, (batch["obs"], eps, alpha)),
     ]
     for fn, args in pieces:
         torch._dynamo.reset()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import torch
 
+from morl.aggregators import build
 from morl.most import MosT
 from morl.solvers.min_norm import min_norm
 
@@ -133,8 +134,6 @@ class Robust(FedAvg):
     OPTION = {"krum": "n_byzantine", "trimmed_mean": "trim"}
 
     def __init__(self, name: str, n_byzantine: int, num_clients: int) -> None:
-        from morl.aggregators import build
-
         need = 2 * n_byzantine + (3 if name == "krum" and n_byzantine else 1)
         if num_clients < need:
             raise ValueError(f"{name} with n_byzantine={n_byzantine} needs at least {need} clients, got {num_clients}")

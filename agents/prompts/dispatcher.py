@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from morl.most import MosT
+
 
 class Dispatcher(nn.Module):
     """Cross-attention scores ``[N, m]`` between instance and prompt embeddings."""
@@ -60,8 +62,6 @@ def assignment_targets(losses: torch.Tensor, rule: str = "ot", most=None) -> tor
     if rule != "ot":
         raise ValueError(f"dispatcher target {rule!r} is not valid; allowed: ot, argmin")
     if most is None:
-        from morl.most import MosT
-
         most = MosT(losses.shape[0], warm_start=False)
     gamma = most.assign(losses.double())
     return (gamma / gamma.sum(-1, keepdim=True)).to(losses.dtype)

@@ -136,6 +136,9 @@ class Aggregator(torch.nn.Module):
     #: False for loss weightings: their weights depend on the losses only, so learners skip
     #: the per-task Jacobian and backpropagate ``weights · losses`` once (see LossWeighting).
     needs_grads: bool = True
+    #: True for methods whose state steps on the losses measured after the network's step
+    #: (FAMO): learners then call ``update(losses_after)`` on the same batch.
+    needs_losses_after_step: bool = False
     #: True when the direction is ``weights @ grads`` (so ``weights`` are coefficients of the
     #: rows, which wrappers such as CR-MOGM average); False for coordinate-wise methods
     #: (GradDrop, trimmed mean) and for MoCo, whose weights apply to its tracked gradients.

@@ -7,7 +7,7 @@ import pytest
 from morl.runners.errors import UserError
 from morl.runners.rl.config import RLConfig, load_rl_config
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "configs"
 MT10_CONFIGS = {
     "mt10_mtsac.yaml": ("mean", False),
     "mt10_mhsac.yaml": ("mean", True),

@@ -10,10 +10,10 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 import morl
 from morl.agents.rl.sb3 import MultiTaskSAC, SB3VecEnv, folderless_logger
 from morl.envs import evaluate_policy, make_env
-
-
+from tests.scripted_env import STEP, ScriptedEnv, check_transitions
 
 SMALL = dict(policy_kwargs=dict(net_arch=[64, 64]), batch_size=256, learning_rate=1e-3, learning_starts=200)
+COLLECT = dict(SMALL, learning_starts=10**6)  # learn() only fills the replay: the test calls train() itself
 
 
 def test_vecenv_adapter_reports_sb3_episode_keys():
@@ -36,6 +36,28 @@ def test_vecenv_adapter_reports_sb3_episode_keys():
         SB3VecEnv(object())
 
 
+def test_the_replay_holds_each_episodes_final_observation_and_its_true_terminations():
+    """SB3's own collection through SB3VecEnv, on episodes that end by termination (task 0 at step 3),
+    by the time limit alone (task 1 at 5) and by termination on the limit's step (task 2 at 5): each
+    stored next observation is the step after its observation in the same episode (the final one,
+    not the reset one), and what SAC treats as terminal (``dones`` unless ``timeouts``) is exactly
+    where the env terminated."""
+    env = ScriptedEnv()
+    steps = 12
+    model = MultiTaskSAC("MlpPolicy", env, aggregator="mean", seed=0, buffer_size=64, learning_starts=10_000,
+                         policy_kwargs=dict(net_arch=[8]))
+    model.learn(steps * env.num_envs)
+    buffer = model.replay_buffer
+    assert buffer.pos == steps
+    terminal = buffer.dones[:steps] * (1 - buffer.timeouts[:steps])  # SB3's target uses (1 - this)
+    for i in range(env.num_envs):
+        check_transitions(buffer.observations[:steps, i], buffer.next_observations[:steps, i], terminal[:, i],
+                          env.terminate_at[i])
+    ends = buffer.next_observations[:steps, :, STEP]
+    assert buffer.dones[:steps].sum(0).tolist() == [(ends[:, i] == end).sum() for i, end in enumerate([3, 5, 5])]
+    assert terminal.sum(0).tolist() == [4, 0, 2]
+
+
 def _task_batch(model, task, n=64):
     """A replay batch of task ``task`` only, built from what the buffer holds."""
     data = model.replay_buffer.sample(1024)
@@ -45,7 +67,7 @@ def _task_batch(model, task, n=64):
 
 def test_temperatures_are_per_task():
     env = make_env("point_mass", seed=0)
-    model = MultiTaskSAC("MlpPolicy", env, aggregator="mean", seed=0, **SMALL)
+    model = MultiTaskSAC("MlpPolicy", env, aggregator="mean", seed=0, **COLLECT)
     assert model.log_ent_coef.shape == (4,)
     model.learn(300)
     batch = _task_batch(model, task=2)
@@ -67,6 +89,7 @@ def test_bad_arguments_fail_before_building():
         MultiTaskSAC("MlpPolicy", gym.make("Pendulum-v1"))
 
 
+@pytest.mark.integration
 def test_learns_point_mass_logs_tensorboard_and_round_trips(tmp_path):
     """CAGrad-aggregated MT-SAC through SB3's own ``learn()`` solves the 4 conflicting goals.
 
@@ -165,7 +188,7 @@ def test_ent_coef_loss_is_logged_under_sb3s_key(num_tasks):
     """``train/ent_coef_loss``: SB3's SAC logs ``-mean_i log alpha (log pi(a_i|s_i) + H)``; with K
     temperatures it is the mean over the batch's tasks of each task's own mean (the same for K = 1)."""
     model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0, num_tasks=num_tasks), aggregator="mean", seed=0,
-                         ent_coef="auto_0.5", **SMALL)
+                         ent_coef="auto_0.5", **COLLECT)
     model.learn(300)
     batch = _without_task(model, task=3) if num_tasks == 4 else model.replay_buffer.sample(64)
     model.replay_buffer.sample = lambda *a, **k: batch
@@ -184,7 +207,7 @@ def test_ent_coef_loss_is_logged_under_sb3s_key(num_tasks):
 def test_a_task_absent_from_the_batch_is_left_out_of_the_aggregation():
     """MGDA on the rows of the present tasks, not on a zero row for the absent one (which makes the
     min-norm point 0). Reference: per-task gradients by separate autograd passes, and MGDA on them."""
-    model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator="mgda", seed=0, **SMALL)
+    model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator="mgda", seed=0, **COLLECT)
     model.learn(300)
     batch = _without_task(model, task=3)
     params = [p for p in model.actor.parameters() if p.requires_grad]
@@ -213,7 +236,7 @@ def test_train_aggregates_the_present_tasks_unless_the_aggregator_keeps_per_task
     """Through train(): MGDA/CAGrad/UPGrad/Nash-MTL (whose state is a warm start) see the 3 present
     tasks; MoCo, whose tracked gradients are per task, sees all 4 (a zero row for the absent one);
     the logged weights are per task."""
-    model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator=aggregator, seed=0, **SMALL)
+    model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator=aggregator, seed=0, **COLLECT)
     model.learn(300)
     batch = _without_task(model, task=3)
     model.replay_buffer.sample = lambda *a, **k: batch

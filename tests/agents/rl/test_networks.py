@@ -1,0 +1,72 @@
+"""The actor and critic networks (agents/rl/networks.py): the tanh-Gaussian log-probability
+against torch.distributions, mtrl's log-probability clamp, and the two initialisations."""
+
+import math
+
+import torch
+from torch.distributions import Normal, TanhTransform, TransformedDistribution
+
+from morl.agents.rl.networks import TaskActor, TwinCriticEnsemble, squashed_sample
+
+T, OBS, A = 3, 8, 2
+
+
+def test_tanh_gaussian_log_prob_matches_torch_distributions():
+    # ε spread so that u reaches ±12 (1 − tanh² ~ 1e-10): the stable form must hold there too
+    gen = torch.Generator().manual_seed(0)
+    mean = torch.randn(64, 3, generator=gen, dtype=torch.float64) * 3
+    log_std = torch.randn(64, 3, generator=gen, dtype=torch.float64).clamp(-3, 1)
+    eps = torch.randn(64, 3, generator=gen, dtype=torch.float64) * 2
+    a, logp = squashed_sample(mean, log_std, eps)
+    u = mean + log_std.exp() * eps
+    dist = TransformedDistribution(Normal(mean, log_std.exp()), [TanhTransform()])
+    # log_prob(a) would invert tanh (atanh of ±1.0 overflows), so take the Jacobian at u directly
+    ref = Normal(mean, log_std.exp()).log_prob(u).sum(-1) + 2 * torch.log(torch.cosh(u)).sum(-1)
+    torch.testing.assert_close(a, torch.tanh(u))
+    torch.testing.assert_close(logp, ref, rtol=1e-10, atol=1e-9)
+    moderate = u.abs().amax(-1) < 4
+    torch.testing.assert_close(logp[moderate], dist.log_prob(torch.tanh(u))[moderate].sum(-1), rtol=1e-8, atol=1e-8)
+    assert float(u.abs().max()) > 10  # the extreme region was exercised
+
+
+def test_log_prob_clamp_caps_the_jacobian_at_log_epsilon():
+    mean = torch.tensor([[30.0, -30.0]])  # tanh saturates to exactly ±1 in float32
+    log_std, eps = torch.full((1, 2), -1.0), torch.tensor([[0.3, -0.2]])
+    gauss = (-0.5 * eps ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum()
+    _, clamped = squashed_sample(mean, log_std, eps, 1e-6)
+    torch.testing.assert_close(clamped[0], gauss - 2 * math.log(1e-6))
+    _, exact = squashed_sample(mean, log_std, eps)
+    u = mean + log_std.exp() * eps
+    exact_jacobian = (2 * (math.log(2) - u.abs() - torch.log1p(torch.exp(-2 * u.abs())))).sum()
+    torch.testing.assert_close(exact[0], gauss - exact_jacobian)
+    assert exact[0] > clamped[0] + 50  # the exact form keeps growing with |u|
+
+
+def test_log_prob_clamp_is_invisible_away_from_saturation():
+    g = torch.Generator().manual_seed(0)
+    mean, log_std, eps = torch.randn(64, 4, generator=g), -torch.rand(64, 4, generator=g), torch.randn(64, 4, generator=g)
+    a, exact = squashed_sample(mean, log_std, eps)
+    _, clamped = squashed_sample(mean, log_std, eps, 1e-6)
+    # |log(x + 1e-6) - log x| <= 1e-6 / x with x = 1 - a² >= 1 - max a², summed over 4 dimensions
+    bound = 4 * 1e-6 / (1 - a.abs().max() ** 2) + 1e-4
+    assert (clamped - exact).abs().max() <= bound
+
+
+def test_xavier_init_is_glorot_uniform_weights_and_zero_biases():
+    gen = torch.Generator().manual_seed(0)
+    actor = TaskActor(OBS, A, T, [400, 400], generator=gen, init="xavier")
+    w = actor.trunk[2]
+    bound = math.sqrt(6 / (400 + 400))
+    assert w.abs().max() <= bound and w.abs().max() > 0.99 * bound
+    # U(-b, b) has std b/sqrt(3); 160k draws put the sample std within 1 % of it
+    assert abs(w.std().item() / (bound / math.sqrt(3)) - 1) < 0.01
+    assert all(torch.count_nonzero(b) == 0 for b in (actor.trunk[1], actor.trunk[3], actor.head_bias))
+    assert actor.head_weight.abs().max() <= math.sqrt(6 / (400 + 2 * A))
+    critic = TwinCriticEnsemble(OBS, A, T, [400, 400], generator=gen, init="xavier")
+    assert critic.weights[1].abs().max() <= bound and torch.count_nonzero(critic.biases[1]) == 0
+
+
+def test_torch_init_is_the_nn_linear_default():
+    actor = TaskActor(OBS, A, T, [400, 400], generator=torch.Generator().manual_seed(0))
+    bound = 1 / math.sqrt(400)
+    assert actor.trunk[2].abs().max() <= bound and actor.trunk[3].abs().max() > 0.99 * bound
