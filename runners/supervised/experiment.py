@@ -153,8 +153,16 @@ class SupervisedExperiment(Experiment):
             raise self._diverged(total, streak, longest)
         return None if line is None else f"epoch {self.epoch}: {line}"
 
+    def skipped_updates(self) -> tuple[int, int]:
+        return int(self.adapter.nonfinite_steps), self.adapter.steps
+
+    def divergence_advice(self) -> str:
+        from morl.runners.divergence import advice
+
+        return advice("optim.lr", "max_grad_norm" if self.cfg.max_grad_norm is None else None)
+
     def _diverged(self, total: int, streak: int, longest: int) -> Diverged:
-        from morl.runners.divergence import advice, streak_text
+        from morl.runners.divergence import streak_text
         from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
 
         limit, steps, saved = self.cfg.max_nonfinite_updates, self.adapter.steps, self.saved
@@ -168,8 +176,7 @@ class SupervisedExperiment(Experiment):
         else:
             where = f"no good checkpoint left ({checkpoint}, epoch {saved[0]}, was written after the divergence began)"
         what = streak_text(longest, "max_nonfinite_updates", limit, total, steps)
-        tip = advice("optim.lr", "max_grad_norm" if self.cfg.max_grad_norm is None else None)
-        return Diverged(f"training diverged at epoch {self.epoch}/{self.cfg.epochs}: {what}; {where}; {tip}")
+        return Diverged(f"training diverged at epoch {self.epoch}/{self.cfg.epochs}: {what}; {where}; {self.divergence_advice()}")
 
     def final_metrics(self) -> dict[str, Any]:
         from morl.metrics import delta_m
