@@ -154,3 +154,24 @@ def test_fl_run_with_nan_losses_ends_diverged(tmp_path, capsys):
     assert _status(run_dir) == "diverged"
     last = run_dir / "checkpoints" / "last.pt"
     assert not last.exists() or _finite(torch_load(last))
+
+
+# forum and prompt runs stopped this way before the shell's rules too (their fast-tier checks live
+# with their shells' tests); here end to end, each with its own learning rate named
+@pytest.mark.integration
+def test_forum_run_with_a_non_finite_direction_ends_diverged(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    line = _morl_diverges(["forum", str(CONFIGS / "forum_mtl_digits.yaml"), "forum.inner_steps=2", "mtl.hidden=[16]", "iterations=4",
+                           "eval_every=2", "mtl.lr=1e30", "--run-dir", str(run_dir)], capsys)
+    assert line.startswith("morl: error: training diverged at iteration 2/4: ") and "mtl.lr" in line
+    assert _status(run_dir) == "diverged" and not (run_dir / "checkpoints" / "last.pt").exists()
+
+
+@pytest.mark.integration
+def test_prompt_run_with_a_non_finite_loss_ends_diverged(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    line = _morl_diverges(["prompt", str(CONFIGS / "prompt_most.yaml"), "encoder=tiny", "threads=1", "batch_size=16", "max_length=16",
+                           "data.options={train: 48, val: 16, test: 16}", "dispatcher.steps=10", "steps=4", "optim.lr=1e30",
+                           "--run-dir", str(run_dir)], capsys)
+    assert line.startswith("morl: error: training diverged at step 2/4: non-finite training loss") and "optim.lr" in line
+    assert _status(run_dir) == "diverged" and not (run_dir / "checkpoints" / "last.pt").exists()
