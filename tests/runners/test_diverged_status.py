@@ -120,14 +120,16 @@ def _finite(state) -> bool:
     return first_nonfinite(state) is None
 
 
-def test_supervised_run_with_nan_outputs_ends_diverged_keeping_a_finite_checkpoint(tmp_path, capsys):
-    # lr=1e30: Adam's first step sets weights to about ±1e30; the next forward overflows, so every
-    # later step is skipped (3 < max_nonfinite_updates) and epoch 1's evaluation is NaN.
+def test_supervised_run_with_nan_outputs_ends_diverged_before_any_checkpoint(tmp_path, capsys):
+    # lr=1e30: Adam's first step sets weights to about ±1e30; every later forward overflows, so
+    # steps 2-34 of epoch 1 are skipped (33 < max_nonfinite_updates). The accuracy headline stays
+    # finite (argmax of NaN logits), the validation loss does not: the run stops at epoch 1.
     run_dir = tmp_path / "run"
-    line = _morl_diverges(["supervised", str(CONFIGS / "supervised_regression_mean.yaml"), "optim.lr=1e30", "epochs=3",
-                           "eval_every=1", "data.options.num_samples=200", "batch_size=50", "--run-dir", str(run_dir)], capsys)
-    assert line.startswith("morl: error: training diverged at epoch 1/3: the evaluation is non-finite")
-    assert "no checkpoint was written before it" in line and "optim.lr" in line
+    line = _morl_diverges(["supervised", str(CONFIGS / "supervised_digits_mean.yaml"), "optim.lr=1e30", "epochs=3",
+                           "eval_every=1", "checkpoint_every=1", "--run-dir", str(run_dir)], capsys)
+    assert line.startswith("morl: error: training diverged at epoch 1/3: the model outputs NaN/inf (validation digit/loss=nan) "
+                           "and its last 33 updates were skipped; no checkpoint was written before it; ")
+    assert "optim.lr" in line and "max_grad_norm" in line
     assert _status(run_dir) == "diverged" and not (run_dir / "checkpoints" / "last.pt").exists()
 
 
