@@ -91,6 +91,8 @@ def release_run_dirs(failed: bool = False) -> None:
 def existing_run_dir(path: str | Path) -> Path:
     """A run directory given on the command line (``morl eval``/``resume``), checked."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{str(path)!r} is a file; give a run directory (the folder holding {CONFIG_FILE} and run.json)")
     if not path.is_dir():
         raise UserError(f"run directory {str(path)!r} does not exist")
     if not (path / CONFIG_FILE).is_file():

@@ -242,6 +242,9 @@ def from_file(
             specs.append(TaskSpec(name, kind))
     x = x.reshape(len(x), -1)
     train, val, test = _split(x, y, seed, fractions)
+    if standardize and len(train[0]) < 2:
+        raise ValueError(f"{path!r}: the training split holds {len(train[0])} row(s); standardize needs at least 2 "
+                         f"({len(x)} rows in all)")
     if standardize:
         mu, sd = train[0].mean(0), train[0].std(0).clamp_min(1e-8)
         train, val, test = [((a - mu) / sd, b) for a, b in (train, val, test)]

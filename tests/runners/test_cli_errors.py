@@ -56,7 +56,7 @@ CASES = [
     (["sb3", "--eval-episodes", "0"], ["--eval-episodes 0 must be at least 1"]),
     (["sb3", "--lr", "nan"], ["--lr nan must be a finite number > 0"]),
     (["supervised", "{tmp}/header_only.csv.yaml"], ["header_only.csv", "has a header row but no data rows"]),
-    (["supervised", "{tmp}/two_rows.csv.yaml"], ["training split holds 1 rows", "batch_size=4", "at most 1"]),
+    (["supervised", "{tmp}/two_rows.csv.yaml"], ["two_rows.csv", "training split holds 1 row(s)", "2 rows in all"]),
     (["supervised", "{tmp}/ten_rows.csv.yaml", "batch_size=32"], ["holds 6 rows", "batch_size=32", "at most 6"]),
     (["supervised", "{tmp}/ragged.csv.yaml"], ["ragged.csv", "the header names 3 columns but the rows hold 2"]),
     (["supervised", "{tmp}/nan.csv.yaml"], ["nan.csv", "NaN or infinite values"]),
@@ -67,6 +67,8 @@ CASES = [
     (["supervised", "{tmp}/syntax.yaml"], ["syntax.yaml", "not valid YAML at line 2, column", "expected ',' or ']'"]),
     (["supervised", "{tmp}/folder"], ["is a directory", "give a YAML file"]),
     (["train", "{tmp}/folder"], ["is a directory", "give a YAML file"]),
+    (["eval", "{tmp}/syntax.yaml"], ["syntax.yaml' is a file; give a run directory"]),
+    (["resume", "{tmp}/syntax.yaml"], ["syntax.yaml' is a file; give a run directory"]),
 ]
 
 
