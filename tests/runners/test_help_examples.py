@@ -60,3 +60,24 @@ def test_sweep_help_example_is_a_spec_that_loads(monkeypatch):
 
     monkeypatch.chdir(ROOT)
     assert load_spec(_example(_helps("sweep")["spec"]))
+
+
+def test_bench_env_examples_are_env_names():
+    from morl.envs import available_envs
+    from morl.envs.metaworld_env import mt1_task_names
+
+    names = re.search(r"e\.g\. (.+?) \(", _helps("bench")["env"]).group(1).split(", ")
+    assert names == ["mt10", "mt1:reach-v3", "point_mass"]
+    for name in names:
+        assert name in available_envs() or (name.startswith("mt1:") and name[4:] in mt1_task_names())
+
+
+def test_report_group_by_example_keys_are_keys_of_an_rl_config():
+    from morl.runners.config import to_dict
+
+    cfg = to_dict(experiment_class("rl").load_config(ROOT / "configs" / "mt10_cagrad.yaml", []))
+    for key in _example(_helps("report")["group_by"]).split(","):
+        node = cfg
+        for part in key.split("."):
+            assert part in node, key
+            node = node[part]
