@@ -17,14 +17,23 @@ install: $(STAMP)
 # build-isolation download), then pip's own consistency check.
 # The lock pins torch==2.13.0: pip takes the CPU wheel where one lies in its find-links (no CUDA
 # download on CPU machines); elsewhere the registry's build of that release.
+# Each step says what it does; the build's own output (setuptools' banner) goes to a log shown
+# only when the step fails.
+$(STAMP): export PIP_DISABLE_PIP_VERSION_CHECK = 1
 $(STAMP): pyproject.toml $(LOCK)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "morl needs Python 3.11+, found " + sys.version.split()[0])'
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q "pip==26.3"
-	$(BIN)/python -m pip install -q -r $(LOCK)
-	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
-	$(BIN)/python -m pip check
+	@test -x $(BIN)/python || { echo "make install: creating the virtual environment $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "make install: [1/4] pip 26.3 into $(VENV)"
+	@$(BIN)/python -m pip install -q "pip==26.3"
+	@echo "make install: [2/4] the locked dependencies of $(LOCK) (torch among them: a few minutes on a first install)"
+	@$(BIN)/python -m pip install -q -r $(LOCK)
+	@echo "make install: [3/4] morl itself, editable (log: $(VENV)/install-morl.log)"
+	@$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e . > $(VENV)/install-morl.log 2>&1 \
+	  || { cat $(VENV)/install-morl.log; exit 1; }
+	@echo "make install: [4/4] pip check (are the installed packages consistent?)"
+	@$(BIN)/python -m pip check > $(VENV)/pip-check.log 2>&1 || { cat $(VENV)/pip-check.log; exit 1; }
 	@touch $(STAMP)
+	@echo "make install: done; activate the environment with: source $(VENV)/bin/activate (then: morl --help)"
 
 # MT10 with CAGrad: the seeds' recipe on a GPU; without one, the CPU recipe (smaller networks,
 # evaluation every 5k steps, checkpoints every 10 min), saying so. CONFIG=... picks any config.

@@ -15,8 +15,8 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import secrets
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,10 @@ _NPSCALAR = "__morl_npscalar__"
 def _atomic_write_bytes(path: str | os.PathLike, data: bytes, keep_previous: bool = False) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # created like any other output, with the umask's permissions (mkstemp's would be 0600); a
+    # hidden name next to the target, so os.replace is atomic
+    tmp = str(path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -20,6 +20,8 @@ from morl.runners.errors import UserError
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"config {str(path)!r} is a directory; give a YAML file, e.g. {path / 'config.yaml'} or one from configs/")
     if not path.is_file():
         raise UserError(f"config file {str(path)!r} does not exist")
     try:
@@ -27,13 +29,23 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise UserError(f"config file {str(path)!r} is not a text file (not UTF-8); give a YAML config") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"config file {str(path)!r} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        raise UserError(f"config file {str(path)!r} is not valid YAML{_where(exc)}: {_problem(exc)}") from None
     if data is None:
         # An empty file would silently run every default (MT10 for 2M steps): refuse it.
         raise UserError(f"config file {str(path)!r} is empty; copy one from configs/ and edit it")
     if not isinstance(data, dict):
         raise UserError(f"config file {str(path)!r} must hold a mapping at the top level, got {type(data).__name__}")
     return data
+
+
+def _where(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
+
+
+def _problem(exc: yaml.YAMLError) -> str:
+    problem = getattr(exc, "problem", None)
+    return problem if problem else str(exc).splitlines()[0]
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

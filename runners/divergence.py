@@ -33,6 +33,10 @@ class Diverged(SystemExit):
         print(f"morl: error: {self.message}", file=sys.stderr, flush=True)
 
 
+class NonFiniteState(Exception):
+    """A checkpoint about to be written holds NaN/inf; ``args[0]`` names where."""
+
+
 class NonFiniteOutput(UserError):
     """A network produced NaN/inf (e.g. actions); raised before the values are used."""
 
@@ -75,3 +79,24 @@ def warn_skipped(total: int, reported: int, updates: int) -> str | None:
         return None
     return (f"warning: {total - reported} of the last {updates} updates were non-finite (NaN/inf) and skipped "
             f"({total} in all); if this repeats, lower the learning rate")
+
+
+def first_nonfinite(state, where: str = "") -> str | None:
+    """The dotted key of the first floating tensor in ``state`` holding NaN/inf (None: all finite)."""
+    import torch
+
+    if isinstance(state, torch.Tensor):
+        return where if state.is_floating_point() and not bool(torch.isfinite(state).all()) else None
+    items = state.items() if isinstance(state, dict) else enumerate(state) if isinstance(state, (list, tuple)) else ()
+    for key, value in items:
+        found = first_nonfinite(value, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def all_skipped_text(skipped: int, made: int) -> str | None:
+    """The reason to stop when every update was non-finite and skipped (None otherwise)."""
+    if made == 0 or skipped < made:
+        return None
+    return f"every one of the {made} updates was non-finite (NaN/inf) and skipped: the model never trained"

@@ -9,6 +9,7 @@ from collections import deque
 from tqdm import tqdm
 
 WINDOW_SECONDS = 60.0  # the rate is measured over the last minute, so a fast warm-up is forgotten within one
+HEARTBEAT_SECONDS = 30.0  # off a terminal, a status line at least this often (a log file shows the run is alive)
 BAR_FORMAT = "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
 
 
@@ -47,7 +48,8 @@ class Progress:
         self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, disable=disable, bar_format=BAR_FORMAT)
         self.fields: dict[str, str] = {}
         self.total, self.initial, self.position, self.unit = total, initial, initial, unit
-        self.start = self._shown = time.monotonic()
+        self.start = self._shown = self._beat = time.monotonic()
+        self.estimate = True  # whether heartbeat lines give an ETA (the last heartbeat() call's choice)
         self.window = WindowRate()
         self.window.add(self.start, initial)
 
@@ -62,6 +64,8 @@ class Progress:
             self.fields["eta"] = format_eta((self.total - self.position) / rate if rate > 0 else float("nan"))
             self.bar.set_postfix(self.fields, refresh=False)
         self.bar.update(n)
+        if self.bar.disable and now - self._beat >= HEARTBEAT_SECONDS:
+            self.heartbeat(self.position, self.estimate)
 
     def show(self, **fields: float | str) -> None:
         """Set postfix fields (e.g. ``eval=0.83``, ``tps=540``); they stay until replaced."""
@@ -70,14 +74,16 @@ class Progress:
         self.bar.set_postfix(self.fields, refresh=False)
 
     def heartbeat(self, position: int, estimate: bool = True) -> None:
-        """Off a terminal (nohup, CI, a log file) print one plain status line instead of a bar.
+        """Off a terminal (nohup, CI, a log file) print one plain status line instead of a bar;
+        ``advance()`` also prints one when none came for ``HEARTBEAT_SECONDS``.
 
         The ETA uses the moving-window rate; with ``estimate=False`` (e.g. during an RL warm-up,
         which runs far faster than training) no ETA is printed at all.
         """
         if not self.bar.disable:
             return
-        now = time.monotonic()
+        now = self._beat = time.monotonic()
+        self.estimate = estimate
         rate = self.window.rate()
         eta = (self.total - position) / rate if rate > 0 else float("nan")
         fields = " ".join(f"{k}={v}" for k, v in self.fields.items() if k not in ("rate", "eta"))

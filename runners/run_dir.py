@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from morl.runners.errors import UserError
+from morl.runners.hints import command
 
 CONFIG_FILE = "config.yaml"
 CHECKPOINT_DIR = "checkpoints"
@@ -45,7 +46,7 @@ def named_run_dir(path: str | Path) -> Path:
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise UserError(f"--run-dir {str(path)!r} already exists and is not an empty folder; "
-                        f"continue it with `morl resume {path}` or choose a new path")
+                        f"continue it with `{command('morl')} resume {path}` or choose a new path")
     try:
         (path / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -90,6 +91,8 @@ def release_run_dirs(failed: bool = False) -> None:
 def existing_run_dir(path: str | Path) -> Path:
     """A run directory given on the command line (``morl eval``/``resume``), checked."""
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{str(path)!r} is a file; give a run directory (the folder holding {CONFIG_FILE} and run.json)")
     if not path.is_dir():
         raise UserError(f"run directory {str(path)!r} does not exist")
     if not (path / CONFIG_FILE).is_file():

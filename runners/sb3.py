@@ -8,6 +8,10 @@ itself never imports ``morl.envs``.
 
 from __future__ import annotations
 
+from morl.runners.errors import UserError
+
+POSITIVE = ("timesteps", "eval_every", "eval_episodes", "batch_size")  # options that must be >= 1
+
 
 def add_arguments(parser) -> None:
     parser.add_argument("--env", default="point_mass", help="point_mass, mt10, mt50 or mt1:<task> (Meta-World, mtrl protocol)")
@@ -24,6 +28,8 @@ def add_arguments(parser) -> None:
 
 
 def main(args) -> int:
+    net = check_arguments(args)
+    env = _make_env(args.env, args.seed)  # before SB3's import: a wrong name fails in a second
     import time
 
     import torch as th
@@ -33,10 +39,9 @@ def main(args) -> int:
     from morl.envs import evaluate_policy, make_env
 
     th.set_num_threads(1)
-    net = [int(h) for h in args.net.split(",")]
     small = dict(policy_kwargs=dict(net_arch=net), batch_size=args.batch_size, learning_rate=args.lr,
                  learning_starts=args.learning_starts, seed=args.seed)
-    model = MultiTaskSAC("MlpPolicy", make_env(args.env, seed=args.seed), aggregator=args.aggregator, **small)
+    model = MultiTaskSAC("MlpPolicy", env, aggregator=args.aggregator, **small)
     evaluation = make_env(args.env, seed=args.seed, eval=True)  # the mtrl protocol's fixed goals come from the seed
     start = time.process_time()
     while model.num_timesteps < args.timesteps:
@@ -55,3 +60,34 @@ def main(args) -> int:
             print(f"{name}: {1000 * (time.process_time() - t) / args.time_updates:.2f} CPU ms per update "
                   f"({'x'.join(map(str, net))}, batch {args.batch_size}, 1 thread)")
     return 0
+
+
+def check_arguments(args) -> list[int]:
+    """Raise UserError naming the first bad option and what it allows; returns the hidden sizes."""
+    import math
+
+    import morl.aggregators as aggregators
+
+    for name in POSITIVE:
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} {getattr(args, name)} must be at least 1")
+    for name in ("learning_starts", "time_updates"):
+        if getattr(args, name) < 0:
+            raise UserError(f"--{name.replace('_', '-')} {getattr(args, name)} must be 0 or more")
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        raise UserError(f"--lr {args.lr} must be a finite number > 0")
+    if args.aggregator not in aggregators.available():
+        raise UserError(f"unknown --aggregator {args.aggregator!r}; allowed: {', '.join(aggregators.available())}")
+    sizes = args.net.split(",")
+    if not all(s.strip().isdigit() and int(s) >= 1 for s in sizes):
+        raise UserError(f"--net {args.net!r} must be comma-separated positive layer sizes, e.g. 64,64")
+    return [int(s) for s in sizes]
+
+
+def _make_env(name: str, seed: int):
+    from morl.envs import make_env
+
+    try:
+        return make_env(name, seed=seed)
+    except ValueError as exc:
+        raise UserError(f"--env: {exc}") from None

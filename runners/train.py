@@ -6,7 +6,7 @@ from __future__ import annotations
 def add_arguments(parser) -> None:
     from morl.runners.shell.commands import add_start_arguments
 
-    add_start_arguments(parser, "configs/mt10_cagrad.yaml")
+    add_start_arguments(parser, "configs/mt10_cagrad.yaml", "run.seed=1 aggregator.name=mgda aggregator.options={}")
 
 
 def main(args) -> int:

@@ -149,8 +149,8 @@ def test_isolated_nonfinite_updates_are_skipped_reported_and_the_run_goes_on(tmp
 
 def test_supervised_huge_lr_stops_with_one_line(tmp_path, capsys):
     # lr=1e30: after Adam's first step (weights ±1e30) every step overflows and is skipped. An
-    # epoch of the digits split has 34 steps < 40, so the limit is reached in epoch 2; last.pt of
-    # epoch 1 already holds the exploded first step and is named as such.
+    # epoch of the digits split has 34 steps < 40; at epoch 1's log point the latest step was
+    # skipped and the model's validation loss is NaN: the run stops before any checkpoint.
     out_dir = tmp_path / "runs"
     with pytest.raises(SystemExit) as stop:
         morl(["supervised", DIGITS, "optim.lr=1e30", "epochs=5", "checkpoint_every=1", "eval_every=1", "max_nonfinite_updates=40",
@@ -159,16 +159,12 @@ def test_supervised_huge_lr_stops_with_one_line(tmp_path, capsys):
     captured = capsys.readouterr()
     line = _diverged_line(captured.err)
     (run_dir,) = out_dir.iterdir()
-    last = run_dir / "checkpoints" / "last.pt"
-    assert "at epoch 2/5" in line and "max_nonfinite_updates=40" in line and "optim.lr" in line
-    assert f"({last}, epoch 1, was written after the divergence began)" in line
-    assert "epoch 1: warning: 33 of the last 34 updates were non-finite" in captured.err
+    assert "at epoch 1/5" in line and "last 33 updates were skipped" in line and "optim.lr" in line
+    assert "no checkpoint was written before it" in line and not (run_dir / "checkpoints" / "last.pt").exists()
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    # the stop comes at epoch 2's log point, after its train record and before its evaluation
+    # the stop comes at epoch 1's log point, after its train record and before its evaluation
     train = [(r["step"], r["train/skipped_nonfinite_updates"]) for r in records if r["kind"] == "train"]
-    assert train == [(1, 33), (2, 67)] and [r["step"] for r in records if r["kind"] == "eval"] == [1]
-    state = torch.load(last, weights_only=False)
-    assert state["epoch"] == 1 and _all_finite(state["adapter"]["model"]) and _all_finite(state["adapter"]["optimizer"])
+    assert train == [(1, 33)] and [r["step"] for r in records if r["kind"] == "eval"] == []
 
 
 # -- the supervised adapter's guard (MT-SAC's: tests/agents/rl/test_guarded_adam.py) --------------------

@@ -77,13 +77,18 @@ def test_repository_folders_map_into_the_morl_namespace():
     assert PYPROJECT["project"]["scripts"] == {"morl": "morl.runners.cli:main"}
 
 
+def test_the_distribution_name_is_not_pypis_unrelated_morl():
+    # "morl" on PyPI is another project's 2022 release: `pip install morl` must not be our name
+    assert PYPROJECT["project"]["name"] == "morl-suite"
+
+
 def test_the_core_depends_on_torch_only_and_every_capability_has_an_extra():
     assert [d.split(">")[0].split("=")[0] for d in PYPROJECT["project"]["dependencies"]] == ["torch"]
     extras = PYPROJECT["project"]["optional-dependencies"]
     capabilities = {"cli", "rl", "sb3", "supervised", "fl", "prompt", "data", "sweep", "test"}
     assert capabilities <= set(extras)
     (everything,) = extras["all"]
-    assert set(everything.removeprefix("morl[").removesuffix("]").split(",")) == capabilities
+    assert set(everything.removeprefix("morl-suite[").removesuffix("]").split(",")) == capabilities
     assert any(d.startswith("stable-baselines3") for d in extras["sb3"]) and any(d.startswith("metaworld") for d in extras["rl"])
 
 
@@ -100,9 +105,9 @@ def test_the_core_imports_and_aggregates_with_nothing_but_torch():
 def test_the_wheel_installs_learners_envs_and_runners_under_morl(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT), "-w", str(tmp_path)],
                    check=True, capture_output=True, timeout=300)
-    (wheel,) = tmp_path.glob("morl-*.whl")
+    (wheel,) = tmp_path.glob("morl_suite-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    tops = {n.split("/")[0] for n in names if not n.startswith("morl-")}
+    tops = {n.split("/")[0] for n in names if not n.startswith("morl_suite-")}
     assert tops == {"morl"}
     for module in ("morl/agents/rl/mtsac.py", "morl/envs/metaworld_env.py", "morl/runners/cli.py", "morl/aggregators/cagrad.py"):
         assert module in names

@@ -66,6 +66,6 @@ def test_heartbeat_lines_give_no_eta_during_warm_up_and_the_window_rate_after(ca
     bar.heartbeat(200, estimate=True)
     lines = capsys.readouterr().err.strip().splitlines()
     assert "eta after warm-up" in lines[0]
-    eta = re.search(r"eta ([0-9:]+)", lines[1]).group(1)
+    eta = re.search(r"eta ([0-9:]+)", lines[-1]).group(1)
     assert eta == format_eta((100_000 - 200) / 0.5)  # 0.5 steps/s, not the average since start
     bar.close()

@@ -212,7 +212,10 @@ def from_file(
         with np.load(p) as z:
             if "x" not in z or "y" not in z:
                 raise ValueError(f"{path!r}: an NPZ file must hold arrays 'x' [N, F] and 'y' [N, K]; found {', '.join(z.files)}")
-            x, y = z["x"].astype(np.float32), z["y"].astype(np.float32)
+            x, y = _npz_array(z, "x", path), _npz_array(z, "y", path)
+        if len(x) == 0 or y.size == 0:
+            raise ValueError(f"{path!r} holds no data (shapes x {list(x.shape)}, y {list(y.shape)}); "
+                             "it needs rows of at least one feature and one target")
         y = y.reshape(len(y), -1)
         names = [f"y{k}" for k in range(y.shape[1])]
     elif p.suffix.lower() == ".csv":
@@ -221,6 +224,10 @@ def from_file(
         raise ValueError(f"data file {path!r}: unsupported extension {p.suffix!r}; allowed: .csv, .npz")
     if len(x) != len(y):
         raise ValueError(f"{path!r}: x has {len(x)} rows but y has {len(y)}")
+    if x[0].size == 0:
+        raise ValueError(f"{path!r} holds no feature columns; it needs at least one feature and one target")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError(f"{path!r} holds NaN or infinite values; remove or fill them first")
     kinds = list(task_kinds) if task_kinds else ["regression"] * y.shape[1]
     if len(kinds) != y.shape[1]:
         raise ValueError(f"task_kinds has {len(kinds)} entries for {y.shape[1]} targets")
@@ -235,19 +242,35 @@ def from_file(
             specs.append(TaskSpec(name, kind))
     x = x.reshape(len(x), -1)
     train, val, test = _split(x, y, seed, fractions)
+    if standardize and len(train[0]) < 2:
+        raise ValueError(f"{path!r}: the training split holds {len(train[0])} row(s); standardize needs at least 2 "
+                         f"({len(x)} rows in all)")
     if standardize:
         mu, sd = train[0].mean(0), train[0].std(0).clamp_min(1e-8)
         train, val, test = [((a - mu) / sd, b) for a, b in (train, val, test)]
     return MultiTaskData(p.stem, specs, train, val, test, {"source": str(p)})
 
 
+def _npz_array(z, key: str, path) -> np.ndarray:
+    try:
+        return z[key].astype(np.float32)
+    except (ValueError, TypeError) as exc:  # object arrays (pickles), strings
+        raise ValueError(f"{path!r}: array {key!r} must be numeric ({exc})") from None
+
+
 def _read_csv(path: Path, targets) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    header = path.read_text().splitlines()[0].split(",")
-    header = [h.strip() for h in header]
+    lines = path.read_text().splitlines()
+    if not lines:
+        raise ValueError(f"{str(path)!r} is empty; a CSV needs a header row and data rows")
+    header = [h.strip() for h in lines[0].split(",")]
+    if not any(line.strip() for line in lines[1:]):
+        raise ValueError(f"{str(path)!r} has a header row but no data rows")
     try:
         data = np.loadtxt(path, delimiter=",", skiprows=1, dtype=np.float64, ndmin=2)
     except ValueError as exc:
         raise ValueError(f"{str(path)!r}: every value after the header row must be numeric ({exc})") from None
+    if data.shape[1] != len(header):
+        raise ValueError(f"{str(path)!r}: the header names {len(header)} columns but the rows hold {data.shape[1]}")
     if isinstance(targets, int):
         if not 1 <= targets < len(header):
             raise ValueError(f"targets={targets}: need between 1 and {len(header) - 1} target columns")

@@ -83,10 +83,15 @@ class FLExperiment(Experiment):
 
     # ----- the work -----------------------------------------------------------------------
     def step(self) -> None:
-        if self.cfg.engine.name == "inprocess":
-            self.fed.run_round(self.engine)
-        else:
-            self.engine.next_round()
+        try:
+            if self.cfg.engine.name == "inprocess":
+                self.fed.run_round(self.engine)
+            else:
+                self.engine.next_round()
+        except ValueError as exc:  # MosT's transport refuses NaN/inf losses before any model moves
+            if "NaN/inf" not in str(exc):
+                raise
+            raise self._diverged(f"round {self.fed.round + 1}", str(exc)) from None
 
     def log_metrics(self) -> dict[str, Any]:
         """The learning rate of the next round and the seconds spent since the last log point."""
@@ -117,14 +122,20 @@ class FLExperiment(Experiment):
         """Non-finite models stop the run before they replace the last good checkpoint."""
         if bool(torch.isfinite(self.fed.thetas).all()):
             return None
+        raise self._diverged(f"round {self.fed.round}", "a global model has non-finite (NaN/inf) parameters")
+
+    def divergence_advice(self) -> str:
         from morl.runners.divergence import advice
+
+        return advice("train.lr", None)
+
+    def _diverged(self, at: str, what: str) -> Diverged:
         from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
 
         checkpoint = Path(self.run_dir or ".") / CHECKPOINT_DIR / LAST_CHECKPOINT
         where = ("no checkpoint was written before it" if self.saved is None
                  else f"last good checkpoint {checkpoint} (round {self.saved})")
-        raise Diverged(f"training diverged at round {self.fed.round}/{self.cfg.train.rounds}: a global model has non-finite "
-                       f"(NaN/inf) parameters; {where}; {advice('train.lr', None)}")
+        return Diverged(f"training diverged at {at}/{self.cfg.train.rounds}: {what}; {where}; {self.divergence_advice()}")
 
     def final_metrics(self) -> dict[str, Any]:
         """The last evaluation, the one with the best mean validation accuracy, timers and rounds."""

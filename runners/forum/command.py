@@ -7,7 +7,7 @@ from __future__ import annotations
 def add_arguments(parser) -> None:
     from morl.runners.shell.commands import add_start_arguments
 
-    add_start_arguments(parser, "configs/forum_hypercleaning_digits.yaml")
+    add_start_arguments(parser, "configs/forum_hypercleaning_digits.yaml", "seed=1 iterations=100")
 
 
 def main(args) -> int:

@@ -98,15 +98,19 @@ class ForumExperiment(Experiment):
             raise self._diverged(str(exc)) from None  # raised before the step: the state is the last iteration's
         self.iteration += 1
 
-    def _diverged(self, what: str) -> Diverged:
+    def divergence_advice(self) -> str:
         from morl.runners.divergence import advice
+
+        return advice(self.problem.learning_rates, None)
+
+    def _diverged(self, what: str) -> Diverged:
         from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
 
         checkpoint = Path(self.run_dir or ".") / CHECKPOINT_DIR / LAST_CHECKPOINT
         where = ("no checkpoint was written before it" if self.saved is None
                  else f"last good checkpoint {checkpoint} (iteration {self.saved})")
-        tip = advice(self.problem.learning_rates, None)
-        return Diverged(f"training diverged at iteration {self.iteration + 1}/{self.cfg.iterations}: {what}; {where}; {tip}")
+        return Diverged(f"training diverged at iteration {self.iteration + 1}/{self.cfg.iterations}: {what}; {where}; "
+                        f"{self.divergence_advice()}")
 
     def log_metrics(self) -> dict[str, Any]:
         """The FORUM diagnostics of the last iteration (Algorithm 1's q̃, ν, λ̃, barrier, KKT)."""

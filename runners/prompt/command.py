@@ -8,7 +8,7 @@ from __future__ import annotations
 def add_arguments(parser) -> None:
     from morl.runners.shell.commands import add_start_arguments
 
-    add_start_arguments(parser, "configs/prompt_most.yaml")
+    add_start_arguments(parser, "configs/prompt_most.yaml", "seed=1 steps=100")
 
 
 def main(args) -> int:

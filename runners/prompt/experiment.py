@@ -100,6 +100,11 @@ class PromptExperiment(Experiment):
                  else f"last good checkpoint {checkpoint} (step {self.saved})")
         return Diverged(f"training diverged at step {self.step_count + 1}/{self.cfg.steps}: {what}; {where}")
 
+    def divergence_advice(self) -> str:
+        from morl.runners.divergence import advice
+
+        return advice("optim.lr", None)
+
     def _empty_interval(self) -> dict[str, Any]:
         return {"loss": 0.0, "gamma_share": 0.0, "steps": 0}
 

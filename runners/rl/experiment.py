@@ -167,13 +167,18 @@ class RLExperiment(Experiment):
         last_taken = max(self.s.updates - streak - 1, 0)
         return step_of_update(last_taken, run.warmup_steps, run.updates_per_step, run.warmup_catch_up)
 
+    def skipped_updates(self) -> tuple[int, int]:
+        return int(self.s.agent.nonfinite_updates), self.s.updates
+
+    def divergence_advice(self) -> str:
+        clip = "agent.grad_clip" if self.cfg.agent.grad_clip is None else None
+        return advice("agent.actor_lr, agent.critic_lr, agent.alpha_lr", clip)
+
     def _diverged(self, step: int, what: str, good_before: int | None) -> Diverged:
         from morl.runners.run_dir import CHECKPOINT_DIR
 
-        agent = self.cfg.agent
-        tip = advice("agent.actor_lr, agent.critic_lr, agent.alpha_lr", "agent.grad_clip" if agent.grad_clip is None else None)
         where = checkpoint_text(Path(self.run_dir or ".") / CHECKPOINT_DIR, good_before)
-        return Diverged(f"training diverged at step {step}/{self.cfg.run.total_steps}: {what}; {where}; {tip}")
+        return Diverged(f"training diverged at step {step}/{self.cfg.run.total_steps}: {what}; {where}; {self.divergence_advice()}")
 
     def state_dict(self) -> dict[str, Any]:
         from morl.runners.rl.session import session_state

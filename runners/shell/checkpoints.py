@@ -11,10 +11,14 @@ from morl.runners.errors import UserError
 
 def save_checkpoint(exp, run_dir: Path) -> Path:
     from morl.runners.checkpoint import atomic_torch_save
+    from morl.runners.divergence import NonFiniteState, first_nonfinite
     from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
 
     folder = Path(run_dir) / CHECKPOINT_DIR
     state = {**exp.state_dict(), "kind": exp.kind, "position": exp.position}
+    bad = first_nonfinite({k: v for k, v in state.items() if k not in exp.snapshot_excludes})
+    if bad is not None:  # the last good checkpoint stays the last one
+        raise NonFiniteState(bad)
     atomic_torch_save(state, folder / LAST_CHECKPOINT)
     keep = exp.schedule.keep_snapshots
     if keep:

@@ -16,10 +16,11 @@ from typing import Any
 from morl.runners.errors import UserError
 
 
-def add_start_arguments(parser, example: str) -> None:
-    """The arguments every starting subcommand takes."""
+def add_start_arguments(parser, example: str, overrides: str) -> None:
+    """The arguments every starting subcommand takes; ``example`` is a config of the kind and
+    ``overrides`` valid overrides of it (tests/runners/test_help_examples.py loads them)."""
     parser.add_argument("config", nargs="?", help=f"YAML config, e.g. {example} (keys: docs/configs.md)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="nested overrides, e.g. seed=1 aggregator.name=mgda")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help=f"nested overrides, e.g. {overrides}")
     parser.add_argument("--run-dir", default=None, metavar="DIR",
                         help="write the run into exactly this new directory (default: <out_dir>/<name>-<timestamp>)")
     parser.add_argument("--resume", metavar="RUN_DIR", default=None, help="same as `morl resume RUN_DIR [key=value ...]`")
@@ -64,9 +65,11 @@ def _load_resumable(run_dir: Path, overrides: list[str], expected_kind: str | No
     from morl.runners.shell.checkpoints import check_checkpoint
     from morl.runners.shell.kinds import experiment_class, kind_of
 
+    from morl.runners.hints import command
+
     kind = kind_of(run_dir)
     if expected_kind is not None and kind != expected_kind:
-        raise UserError(f"{run_dir} is a {kind!r} run; continue it with: morl resume {run_dir}")
+        raise UserError(f"{run_dir} is a {kind!r} run; continue it with: {command('morl')} resume {run_dir}")
     cls = experiment_class(kind)
     for item in overrides:
         key = item.split("=", 1)[0].strip()
@@ -153,9 +156,11 @@ def format_table(out: dict[str, Any], unit: str) -> str:
 
 
 def _print_end(exp, run_dir: Path, final: dict[str, Any]) -> None:
+    from morl.runners.hints import command
+
     line = exp.summary(final)
     if line:
         print(f"morl: final: {line}")
     print(f"morl: run directory {run_dir}\n"
-          f"morl: watch it:    tensorboard --logdir {run_dir / 'tb'}\n"
-          f"morl: evaluate it: morl eval {run_dir}", file=sys.stdout, flush=True)
+          f"morl: watch it:    {command('tensorboard')} --logdir {run_dir / 'tb'}\n"
+          f"morl: evaluate it: {command('morl')} eval {run_dir}", file=sys.stdout, flush=True)

@@ -102,6 +102,15 @@ class Experiment:
         each checkpoint); may return a warning line (e.g. skipped updates) to print."""
         return None
 
+    def skipped_updates(self) -> tuple[int, int]:
+        """``(skipped, made)``: updates skipped as non-finite and updates made so far (read at the end
+        of a run: all skipped is divergence). Kinds that never skip an update return ``(0, 0)``."""
+        return 0, 0
+
+    def divergence_advice(self) -> str:
+        """What to try when the run diverges (kinds name the config keys of their learning rates)."""
+        return "try a lower learning rate"
+
     def final_metrics(self) -> dict[str, Any]:
         """What ``final_metrics.json`` holds at the end of the run."""
         return {}

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from morl.runners.divergence import Diverged
+from morl.runners.divergence import Diverged, NonFiniteState, all_skipped_text
+from morl.runners.hints import command
 from morl.runners.interrupts import Interrupted, deferred_stop, immediate_stop
 from morl.runners.progress import Progress
 from morl.runners.shell.experiment import Experiment
@@ -59,15 +60,15 @@ def run(exp: Experiment, run_dir: Path, *, progress: bool | None = None, resumed
     status = "failed"
     try:
         with deferred_stop() as stop:
-            _loop(exp, run_dir, logger, bar, stop, stop_at)
+            _loop(exp, run_dir, logger, bar, stop, stop_at, saved_at=exp.position if resumed else None)
             if exp.position < sched.total:  # stopped on request (a stop during the last unit just finishes)
                 status = "interrupted"
                 raise Interrupted(f"stopped{' by ' + stop.signal_name if stop.signal_name else ''} at {exp.unit} "
                                   f"{exp.position}/{sched.total}; checkpoint {Path(run_dir) / 'checkpoints' / 'last.pt'}; "
-                                  f"continue with: morl resume {run_dir}")
+                                  f"continue with: {command('morl')} resume {run_dir}")
         last = Path(run_dir) / "checkpoints" / "last.pt"
         with immediate_stop(f"stopped while computing the final metrics ({exp.unit} {exp.position}/{sched.total}); "
-                            f"checkpoint {last}; continue with: morl resume {run_dir}"):
+                            f"checkpoint {last}; continue with: {command('morl')} resume {run_dir}"):
             final = _finish(exp, run_dir, logger)
         status = "finished"
         return final
@@ -86,8 +87,11 @@ def run(exp: Experiment, run_dir: Path, *, progress: bool | None = None, resumed
         exp.close()
 
 
-def _loop(exp: Experiment, run_dir: Path, logger, bar: Progress, stop, stop_at: int | None) -> None:
+def _loop(exp: Experiment, run_dir: Path, logger, bar: Progress, stop, stop_at: int | None, saved_at: int | None) -> None:
     from morl.runners.shell.checkpoints import save_checkpoint
+
+    def diverged(what: str) -> Diverged:
+        return _diverged(exp, run_dir, saved_at, what)
 
     sched = exp.schedule
     clock = CheckpointClock(sched.checkpoint_minutes)
@@ -102,6 +106,8 @@ def _loop(exp: Experiment, run_dir: Path, logger, bar: Progress, stop, stop_at: 
         if p % sched.eval_every == 0 or last:
             result = write(logger, p, "eval", exp.evaluate())
             logger.flush()
+            if isinstance(result.get("headline"), float) and not math.isfinite(result["headline"]):
+                raise diverged(f"the evaluation is non-finite (headline {result['headline']}): the model outputs NaN/inf")
             if isinstance(result.get("headline"), float):
                 bar.show(eval=result["headline"])
             line = exp.summary(result)
@@ -110,13 +116,28 @@ def _loop(exp: Experiment, run_dir: Path, logger, bar: Progress, stop, stop_at: 
         stopping = stop.requested or (stop_at is not None and p >= stop_at)
         if p % sched.checkpoint_every == 0 or last or stopping or clock.due():
             _say(bar, exp.watch())  # never write a diverged state over the last good one
-            save_checkpoint(exp, run_dir)
+            if last and (what := all_skipped_text(*exp.skipped_updates())):
+                raise diverged(what)
+            try:
+                save_checkpoint(exp, run_dir)
+            except NonFiniteState as exc:
+                raise diverged(f"the model holds non-finite (NaN/inf) values ({exc.args[0]})") from None
+            saved_at = p
             logger.flush()
             clock.reset()
             write_run_info(run_dir, position=p)
         bar.advance()
         if stopping:
             return
+
+
+def _diverged(exp: Experiment, run_dir: Path, saved_at: int | None, what: str) -> Diverged:
+    from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
+
+    where = ("no checkpoint was written before it" if saved_at is None
+             else f"last good checkpoint {Path(run_dir) / CHECKPOINT_DIR / LAST_CHECKPOINT} ({exp.unit} {saved_at})")
+    return Diverged(f"training diverged at {exp.unit} {exp.position}/{exp.schedule.total}: {what}; {where}; "
+                    f"{exp.divergence_advice()}")
 
 
 def _say(bar: Progress, line: str | None) -> None:

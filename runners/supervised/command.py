@@ -7,7 +7,7 @@ from __future__ import annotations
 def add_arguments(parser) -> None:
     from morl.runners.shell.commands import add_start_arguments
 
-    add_start_arguments(parser, "configs/supervised_digits_mgda.yaml")
+    add_start_arguments(parser, "configs/supervised_digits_mgda.yaml", "seed=1 epochs=10 aggregator.name=pcgrad")
 
 
 def main(args) -> int:

@@ -142,34 +142,51 @@ class SupervisedExperiment(Experiment):
         return "val " + "  ".join(f"{n}={val[f'{n}/{m}']:.4f}" for n, m in zip(self.data.task_names, metric_names))
 
     def watch(self) -> str | None:
-        """Report skipped steps since the last read; stop once too many came in a row."""
-        from morl.runners.divergence import warn_skipped
+        """Report skipped steps since the last read; stop once too many came in a row, or when the
+        latest step was skipped and the model's own outputs are non-finite (it cannot recover)."""
+        from morl.runners.divergence import streak_text, warn_skipped
 
         a = self.adapter
         total, streak, longest = (int(v) for v in torch.stack([a.nonfinite_steps, a.nonfinite_streak, a.nonfinite_longest]).tolist())
         line = warn_skipped(total, self.reported[0], a.steps - self.reported[1])
         self.reported = (total, a.steps)
-        if longest >= self.cfg.max_nonfinite_updates:
-            raise self._diverged(total, streak, longest)
+        limit = self.cfg.max_nonfinite_updates
+        if longest >= limit:
+            raise self._diverged(streak_text(longest, "max_nonfinite_updates", limit, total, a.steps), streak, streak >= limit)
+        bad = self._nonfinite_output() if streak > 0 else None  # a validation pass only after a skipped step
+        if bad is not None:
+            what = f"the model outputs NaN/inf (validation {bad}) and its last {streak} updates were skipped"
+            raise self._diverged(what, streak, True)
         return None if line is None else f"epoch {self.epoch}: {line}"
 
-    def _diverged(self, total: int, streak: int, longest: int) -> Diverged:
-        from morl.runners.divergence import advice, streak_text
+    def _nonfinite_output(self) -> str | None:
+        """The first validation metric that is NaN/inf (None: all finite)."""
+        metrics = self.adapter.evaluate(self.data.batches("val", EVAL_BATCH))
+        return next((f"{k}={v}" for k, v in metrics.items() if not np.isfinite(v)), None)
+
+    def skipped_updates(self) -> tuple[int, int]:
+        return int(self.adapter.nonfinite_steps), self.adapter.steps
+
+    def divergence_advice(self) -> str:
+        from morl.runners.divergence import advice
+
+        return advice("optim.lr", "max_grad_norm" if self.cfg.max_grad_norm is None else None)
+
+    def _diverged(self, what: str, streak: int, ongoing: bool) -> Diverged:
+        """``ongoing``: the streak of skipped steps still runs (else the long one is over)."""
         from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
 
-        limit, steps, saved = self.cfg.max_nonfinite_updates, self.adapter.steps, self.saved
+        steps, saved = self.adapter.steps, self.saved
         checkpoint = Path(self.run_dir or ".") / CHECKPOINT_DIR / LAST_CHECKPOINT
         # good: the checkpoint holds none of the steps from the last one taken before the streak on
-        good = saved is not None and (streak < limit or saved[1] <= max(steps - streak - 1, 0))
+        good = saved is not None and (not ongoing or saved[1] <= max(steps - streak - 1, 0))
         if saved is None:
             where = "no checkpoint was written before it"
         elif good:
             where = f"last good checkpoint {checkpoint} (epoch {saved[0]})"
         else:
             where = f"no good checkpoint left ({checkpoint}, epoch {saved[0]}, was written after the divergence began)"
-        what = streak_text(longest, "max_nonfinite_updates", limit, total, steps)
-        tip = advice("optim.lr", "max_grad_norm" if self.cfg.max_grad_norm is None else None)
-        return Diverged(f"training diverged at epoch {self.epoch}/{self.cfg.epochs}: {what}; {where}; {tip}")
+        return Diverged(f"training diverged at epoch {self.epoch}/{self.cfg.epochs}: {what}; {where}; {self.divergence_advice()}")
 
     def final_metrics(self) -> dict[str, Any]:
         from morl.metrics import delta_m

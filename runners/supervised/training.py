@@ -23,6 +23,10 @@ def build(cfg, device):
         data = load_dataset(cfg.data.name, **{"seed": cfg.seed, **cfg.data.options})
     except (ValueError, TypeError) as exc:
         raise UserError(f"data: {exc}") from None
+    rows = data.train[0].shape[0]
+    if rows < cfg.batch_size:
+        raise UserError(f"data: the training split holds {rows} rows, fewer than batch_size={cfg.batch_size}; "
+                        f"lower batch_size (at most {rows}) or give more data")
     try:
         # "skip": a NaN/inf gradient must not raise mid-run; the adapter undoes and counts the step
         agg = aggregators.build(cfg.aggregator.name, **{"check_finite": "skip", **cfg.aggregator.options})

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from morl.runners.errors import UserError
+from morl.runners.hints import command
 
 ENGINES = ("local", "ray")
 
@@ -61,7 +62,7 @@ def run(folder, spec, cells, engine, args) -> int:
     for line in scheduler.status.summary():
         print(line, file=sys.stderr if code else sys.stdout)
     if code == 130:
-        print(f"morl sweep: interrupted; continue with: morl sweep {args.spec}", file=sys.stderr)
+        print(f"morl sweep: interrupted; continue with: {command('morl')} sweep {args.spec}", file=sys.stderr)
     print(f"morl sweep: sweep directory {folder} (status.json, logs/)", flush=True)
     return code
 
