@@ -42,7 +42,6 @@ class FAMO(LossWeighting):
     #: learners call :meth:`update` with the losses after their step, on the same batch
     needs_losses_after_step = True
     _STATE = ("logits", "m", "v", "step", "prev", "pending")
-    needs_losses_after_step = True
 
     def __init__(self, w_lr: float = 0.025, gamma: float = 0.001, min_losses: float | list[float] = 0.0,
                  check_finite: str = "raise") -> None:
