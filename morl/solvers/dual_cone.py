@@ -90,18 +90,17 @@ def project_to_dual_cone(
 
 
 def _quad(g_hat: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """zᵀĜz over the last dim (``g_hat`` broadcasts over ``z``'s extra dims)."""
-    return ((z.unsqueeze(-2) @ g_hat).squeeze(-2) * z).sum(-1)
+    """zᵀĜz for each row of ``z`` [..., B, K] (``g_hat`` [..., K, K]: one product for all B)."""
+    return ((z @ g_hat) * z).sum(-1)
 
 
 def _free_set_solution(g_hat: torch.Tensor, c: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
     """y with y_A = c_A and Ĝ_FF y_F = −Ĝ_FA c_A (F the bool mask ``free``), unclamped.
-    ``g_hat`` [..., K, K] broadcasts against ``free`` and ``c`` [..., K]; off F the system is
-    the identity."""
+    ``c`` and ``free`` are [..., B, K], ``g_hat`` [..., K, K]; off F the system is the identity."""
     fixed = torch.where(free, torch.zeros_like(c), c)
-    rhs = torch.where(free, -(fixed.unsqueeze(-2) @ g_hat).squeeze(-2), torch.zeros_like(fixed))  # Ĝ symmetric
+    rhs = torch.where(free, -(fixed @ g_hat), torch.zeros_like(fixed))  # Ĝ symmetric
     eye = torch.eye(g_hat.shape[-1], dtype=g_hat.dtype, device=g_hat.device)
-    system = torch.where(free.unsqueeze(-1) & free.unsqueeze(-2), g_hat, eye)
+    system = torch.where(free.unsqueeze(-1) & free.unsqueeze(-2), g_hat.unsqueeze(-3), eye)
     return torch.linalg.solve(system, rhs.unsqueeze(-1)).squeeze(-1) + fixed
 
 
@@ -110,8 +109,8 @@ def dual_cone_exact(g_hat: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     k = g_hat.shape[-1]
     sets = torch.arange(2**k, device=g_hat.device)
     masks = ((sets.unsqueeze(-1) >> torch.arange(k, device=g_hat.device)) & 1).bool()  # [S, K]
-    g_s = g_hat.unsqueeze(-3).unsqueeze(-3)
-    z = torch.maximum(_free_set_solution(g_s, c.unsqueeze(-3), masks.unsqueeze(-2)), c.unsqueeze(-3))  # [..., S, B, K]
+    g_s = g_hat.unsqueeze(-3)  # against [..., S, B, K]
+    z = torch.maximum(_free_set_solution(g_s, c.unsqueeze(-3), masks.unsqueeze(-2)), c.unsqueeze(-3))
     obj = _quad(g_s, z)
     obj = torch.where(torch.isfinite(obj), obj, torch.full_like(obj, float("inf")))
     # degenerate Gramians have several optimal free sets: the first within rounding of the
@@ -125,14 +124,13 @@ def dual_cone_exact(g_hat: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
 
 def dual_cone_iterative(g_hat: torch.Tensor, c: torch.Tensor, max_iter: int, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
     """FISTA steps from z = c, then active-set steps; ``(z, converged)`` ([..., B, K], [..., B])."""
-    g_b = g_hat.unsqueeze(-3)  # broadcasts over the B right-hand sides
     # 1 / an upper bound on λ_max(Ĝ): the smaller of the Frobenius norm and the largest row sum
     bound = torch.minimum(g_hat.square().sum((-2, -1)).sqrt(), g_hat.abs().sum(-1).amax(-1))
     step = 1.0 / bound[..., None, None]
     z = y = c
     t = torch.ones_like(c[..., :1])
     for _ in range(max_iter):
-        z_new = torch.maximum(y - step * (y.unsqueeze(-2) @ g_b).squeeze(-2), c)
+        z_new = torch.maximum(y - step * (y @ g_hat), c)
         # restart the momentum where it points uphill (O'Donoghue & Candès 2015)
         restart = ((y - z_new) * (z_new - z)).sum(-1, keepdim=True) > 0
         t_new = 0.5 * (1 + torch.sqrt(1 + 4 * t * t))
@@ -140,7 +138,7 @@ def dual_cone_iterative(g_hat: torch.Tensor, c: torch.Tensor, max_iter: int, tol
         y = z_new + beta * (z_new - z)
         z, t = z_new, torch.where(restart, torch.ones_like(t), t_new)
     # the free set FISTA points to (z − c > Ĝz, the primal-dual active-set guess), made exact
-    free = (z - c) > (z.unsqueeze(-2) @ g_b).squeeze(-2)
+    free = (z - c) > z @ g_hat
     return active_set_steps(g_hat, c, torch.where(free, z, c), free, tol, rounds=2 * g_hat.shape[-1] + 10)
 
 
@@ -151,13 +149,12 @@ def active_set_steps(g_hat, c, z, free, tol: float, rounds: int) -> tuple[torch.
     until a row hits its bound; that row is fixed) and the projection-arc points is taken. The
     objective never rises. ``converged`` where a major step freed no row (so g_k·d ≥
     −tol·scale·‖g_k‖, scale = max(max|c|, ‖d‖) on G / max diag)."""
-    g_b = g_hat.unsqueeze(-3)
     done = torch.zeros(z.shape[:-1], dtype=torch.bool, device=z.device)
     for _ in range(rounds):
-        y = _free_set_solution(g_b, c, free)
-        scale = torch.maximum(c.abs().amax(-1, keepdim=True), _quad(g_b, y).clamp_min(0).sqrt().unsqueeze(-1))
+        y = _free_set_solution(g_hat, c, free)
+        scale = torch.maximum(c.abs().amax(-1, keepdim=True), _quad(g_hat, y).clamp_min(0).sqrt().unsqueeze(-1))
         major = ((y >= c - 1e-12 * scale) | ~free).all(-1) & ~done
-        mu = torch.where(free, torch.zeros_like(y), (y.unsqueeze(-2) @ g_b).squeeze(-2))
+        mu = torch.where(free, torch.zeros_like(y), y @ g_hat)
         # every active row with a negative multiplier enters at once (a block step)
         entering = (mu < -tol * scale) & major.unsqueeze(-1)
         minor = ~major & ~done
@@ -165,10 +162,10 @@ def active_set_steps(g_hat, c, z, free, tol: float, rounds: int) -> tuple[torch.
         theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
         z_minor = torch.where(ratio <= theta, c, torch.maximum(z + theta * (y - z), c))  # blocking rows on their bound
         free_minor = free & (ratio > theta)
-        obj_minor = _quad(g_b, z_minor)
+        obj_minor = _quad(g_hat, z_minor)
         for alpha in ARC_STEPS:  # the arc fixes many rows at once where a minor step fixes one
             z_arc = torch.maximum(z + alpha * (y - z), c)
-            obj_arc = _quad(g_b, z_arc)
+            obj_arc = _quad(g_hat, z_arc)
             better = (obj_arc < obj_minor).unsqueeze(-1)
             z_minor = torch.where(better, z_arc, z_minor)
             free_minor = torch.where(better, free & (z_arc > c), free_minor)
