@@ -37,9 +37,9 @@ EXACT_MAX_K = 10
 ARC_STEPS = (1.0, 0.5, 0.25, 0.125, 0.0625)
 #: Objectives within this relative gap of the least count as tied (enumeration's tie rule).
 TIE = 1e-9
-#: B·K³ (B right-hand sides) at which one active-set step takes ~2.5 s on one CPU thread
-#: (B masked K×K solves); a call takes at least two steps, so above it a call costs over ~5 s:
-#: UPGrad from K = 201, DualProj from K = 1170.
+#: B·K³ (B right-hand sides) at which one active-set step (B masked K×K solves) takes ~2.5 s
+#: on one CPU thread. A call takes 2 steps when the rows are independent and up to ~K/4 when
+#: K ≫ rank(G) (one row fixed per minor step).
 SLOW_WORK = 200**4
 
 
@@ -53,13 +53,14 @@ def with_trace_ridge(gram: torch.Tensor, reg_eps: float) -> torch.Tensor:
 
 
 def warn_if_slow(owner: str, k: int, rhs: int) -> bool:
-    """Warn (UserWarning) when a K-row projection with ``rhs`` right-hand sides is expected to
-    take over ~5 s (:data:`SLOW_WORK`); True when it warned."""
-    if k <= EXACT_MAX_K or rhs * k**3 <= SLOW_WORK:
-        return False
+    """Warn (UserWarning) when a K-row projection with ``rhs`` right-hand sides may take over
+    ~5 s (:data:`SLOW_WORK`: UPGrad from K = 106, DualProj from K = 337); True when it warned."""
     step = 2.5 * rhs * k**3 / SLOW_WORK
-    warnings.warn(f"{owner} with K={k} objectives: each active-set step solves {rhs} masked K×K systems (~{step:.0f} s on one "
-                  f"CPU thread) and a call takes from 2 to ~K/4 steps; expect over {2 * step:.0f} s per call", UserWarning, stacklevel=3)
+    if k <= EXACT_MAX_K or step * k / 4 <= 5.0:
+        return False
+    warnings.warn(f"{owner} with K={k} objectives: each active-set step solves {rhs} masked K×K systems (~{step:.1f} s on "
+                  f"one CPU thread), 2 steps for independent rows, up to ~K/4 when K ≫ rank: expect "
+                  f"{2 * step:.1f} to {step * k / 4:.0f} s per call", UserWarning, stacklevel=3)
     return True
 
 
