@@ -17,8 +17,8 @@ vanishes, Ĝ_FF z_F = −Ĝ_FA c_A; every candidate clamped to z ≥ c is feasib
 least objective is the optimum. Larger K: accelerated projected gradient (FISTA with gradient
 restart) finds the free set, and primal active-set steps (Lawson & Hanson's NNLS, "Solving
 Least Squares Problems", 1974, ch. 23, with Bertsekas' projection arc) make it exact. Each
-step solves one masked K×K system per right-hand side: UPGrad costs ~K⁴/3 per step, so large
-K warns once (:func:`warn_if_slow`).
+step solves one masked K×K system per right-hand side (UPGrad: K of them, ~K⁴ work), so a
+call that may take over ~5 s warns once (:func:`warn_if_slow`).
 """
 
 from __future__ import annotations
