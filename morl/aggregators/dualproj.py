@@ -12,11 +12,9 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._checks import check_number
-from morl.aggregators._host import gramian_rows, weights_tensor
 from morl.aggregators._preference import PreferenceVector
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.dual_cone import EXACT_MAX_K, project_rows_host, project_with_free_set, with_trace_ridge
-from morl.solvers.min_norm import ridge_for
+from morl.solvers.dual_cone import EXACT_MAX_K, project_to_dual_cone, warn_if_slow, with_trace_ridge
 
 
 class DualProj(PreferenceVector, GramianAggregator):
@@ -36,23 +34,13 @@ class DualProj(PreferenceVector, GramianAggregator):
         check_number("DualProj", "max_iter", max_iter, low=1, integer=True)
         check_number("DualProj", "tol", tol)
         self.reg_eps, self.max_iter, self.tol = float(reg_eps), max_iter, float(tol)
+        self._warned_slow = False
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[-1]
-        gram = with_trace_ridge(gram, self.reg_eps)
-        # the previous call's free set starts the solve (a hint, as in UPGrad)
-        start = self.__dict__.get("_free_prev")
-        rows = gramian_rows(gram)
-        if rows is not None:  # one small CPU Gramian: the QP in Python floats, if small enough
-            found = project_rows_host(rows, [self._preference_list(k, gram)], ridge_for(gram.dtype), self.tol,
-                                      start if isinstance(start, list) else None)
-            if found is not None:
-                v, self.__dict__["_free_prev"] = found
-                return weights_tensor(v[0], gram)
+        self._warned_slow = self._warned_slow or warn_if_slow("DualProj", k, 1)
         u = self._preference(k, gram, None).unsqueeze(-2)
-        start = start if isinstance(start, torch.Tensor) else None
-        v, converged, free = project_with_free_set(gram, u, self.max_iter, self.tol, free_start=start)
-        self.__dict__["_free_prev"] = free
+        v, converged = project_to_dual_cone(with_trace_ridge(gram, self.reg_eps), u, self.max_iter, self.tol)
         if k > EXACT_MAX_K:
             self._count_not_converged(converged.squeeze(-1))
         return v.squeeze(-2).to(gram.dtype)

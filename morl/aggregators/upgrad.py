@@ -13,11 +13,9 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._checks import check_number
-from morl.aggregators._host import gramian_rows, weights_tensor
 from morl.aggregators._preference import PreferenceVector
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.dual_cone import EXACT_MAX_K, project_rows_host, project_with_free_set, with_trace_ridge
-from morl.solvers.min_norm import ridge_for
+from morl.solvers.dual_cone import EXACT_MAX_K, project_to_dual_cone, warn_if_slow, with_trace_ridge
 
 
 class UPGrad(PreferenceVector, GramianAggregator):
@@ -28,7 +26,7 @@ class UPGrad(PreferenceVector, GramianAggregator):
     lets it conflict by up to that much), and for the iterative solver used for K > 10 (K ≤ 10
     is exact) ``max_iter`` (100 FISTA steps) and ``tol`` (1e-10: an active row whose
     multiplier is below −tol·scale is freed). A call whose K solves did not all converge
-    counts once in ``not_converged``.
+    counts once in ``not_converged``. Large K warns once about the cost.
     Non-conflicting, permutation invariant, positively homogeneous (d(aJ) = a·d(J)).
     """
 
@@ -41,27 +39,13 @@ class UPGrad(PreferenceVector, GramianAggregator):
         check_number("UPGrad", "max_iter", max_iter, low=1, integer=True)
         check_number("UPGrad", "tol", tol)
         self.reg_eps, self.max_iter, self.tol = float(reg_eps), max_iter, float(tol)
+        self._warned_slow = False
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[-1]
-        gram = with_trace_ridge(gram, self.reg_eps)
-        # the previous call's free sets start the solve (a hint, not state: the optimum is the
-        # same from any start, and a start that is still optimal costs one K×K solve per row)
-        start = self.__dict__.get("_free_prev")
-        rows = gramian_rows(gram)
-        if rows is not None:  # one small CPU Gramian: the K QPs in Python floats, if small enough
-            p = self._preference_list(k, gram)
-            u_rows = [[0.0] * k for _ in range(k)]  # row i: p_i e_i
-            for i in range(k):
-                u_rows[i][i] = p[i]
-            found = project_rows_host(rows, u_rows, ridge_for(gram.dtype), self.tol, start if isinstance(start, list) else None)
-            if found is not None:
-                v, self.__dict__["_free_prev"] = found
-                return weights_tensor([sum(col) for col in zip(*v)], gram)
+        self._warned_slow = self._warned_slow or warn_if_slow("UPGrad", k, k)
         u = torch.diag_embed(self._preference(k, gram, None))  # row i: p_i e_i
-        start = start if isinstance(start, torch.Tensor) else None
-        v, converged, free = project_with_free_set(gram, u, self.max_iter, self.tol, free_start=start)
-        self.__dict__["_free_prev"] = free
+        v, converged = project_to_dual_cone(with_trace_ridge(gram, self.reg_eps), u, self.max_iter, self.tol)
         if k > EXACT_MAX_K:
             self._count_not_converged(converged.all(-1))
         return v.sum(-2).to(gram.dtype)
