@@ -7,15 +7,12 @@ mean gradient g0. Dual over the simplex (what the reference code solves):
     d  = g0 + (c‖g0‖ / ‖g_w*‖) g_w*,
 
 then divided by 1 (rescale=0), 1 + c² (rescale=1, the reference default) or 1 + c (rescale=2).
-Only inner products enter, so the dual is solved on the K×K Gramian, in torch, with no scipy
-and no host sync: exactly by support enumeration for K ≤ ``ENUMERATE_MAX_K`` (one batched
-solve, :func:`cagrad_dual_exact`). Above that (:func:`cagrad_dual_solve`) the stationary point
-on all K rows, re-solved after dropping negative weights, starts active-set steps on the CPU
-(they read flags): major and minor steps as Wolfe's, plus a ray step where the dual is
-unbounded below on a support's affine hull (possible for c < 1). What they leave (K ≤ 10:
-by enumeration; above, or on other devices, by accelerated projected gradient from the uniform
-weights, the exact solve on the support it found and, on CPU, active-set steps from there) is
-rare: 0 of 576 hard K = 12..40 problems, 6.3 ms a call against 14 ms before the ray step.
+Only inner products enter, so the dual is solved on the K×K Gramian, in torch, the same code
+on every device: exactly by support enumeration for K ≤ ``ENUMERATE_MAX_K`` (one batched solve
+over the 2^K − 1 supports). Above it, accelerated projected gradient on the simplex finds the
+support, the exact stationary point on it is taken where it is better, and active-set steps
+(Wolfe's major and minor steps, plus a ray step where the dual is unbounded below on a
+support's affine hull, possible for c < 1) finish on the exact optimum.
 
 The dual is solved on G + δ diag G (:func:`_dual_terms`): a float32 Gramian of rank-deficient
 rows is indefinite at rounding level, and sqrt(wᵀGw) then has spurious stationary points.
@@ -33,13 +30,13 @@ from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators._warm_start import WarmStartSolver
 from morl.aggregators.base import GramianAggregator
 from morl.host_reads import reads_are_free
-from morl.solvers.gramian import definite_ridge, gram_scale
-from morl.solvers.min_norm import (
-    ENUMERATE_MAX_K, EXACT_MAX_K, RIDGE, ZERO_ROW, equilibrate, min_norm_solve, restricted, support_masks,
-)
+from morl.solvers.gramian import definite_ridge
+from morl.solvers.min_norm import RIDGE, ZERO_ROW, equilibrate, min_norm_solve, restricted, support_masks
 from morl.solvers.simplex_descent import fw_gap, minimize_on_simplex
 
 RESCALES = (0, 1, 2)
+#: Up to this K the dual is solved by enumerating its 2^K − 1 supports in one batched solve.
+ENUMERATE_MAX_K = 10
 #: smoothing of ‖g_w‖ = sqrt(wᵀGw + EPS), on G / max diag
 EPS = 1e-12
 
@@ -67,42 +64,21 @@ def dual_objective(g, b, r, w) -> torch.Tensor:
     return (w * b).sum(-1) + r * torch.sqrt((w * gw).sum(-1).clamp(min=0.0) + EPS)
 
 
-def cagrad_dual_weights(
-    gram: torch.Tensor, c: float, max_iter: int = 100, tol: float = 1e-10, init: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(weights, w*)`` for a normalised ``gram``: d = weights·g before the rescale, w* the dual
-    solution on the simplex (pass it back as ``init`` to warm-start the next solve)."""
-    return cagrad_dual_solve(gram, c, max_iter, tol, init)[:2]
-
-
 def cagrad_dual_solve(
     gram: torch.Tensor, c: float, max_iter: int = 100, tol: float = 1e-10, init: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`cagrad_dual_weights` plus ``converged`` [...]: False when ``max_iter`` ran out
-    before the gap reached ``tol``, the exact solve on the support found did not close it, and
-    the duality gap of the answer does not certify it either (:func:`_certified`)."""
+    """``(weights, w*, converged)`` for a normalised ``gram``: d = weights·g before the rescale,
+    w* the dual solution on the simplex (``init`` warm-starts the iterative solve), converged
+    False where ``max_iter`` ran out before the gap reached ``tol``, the active-set steps did not
+    close it, and the duality gap of the answer does not certify it either (:func:`_certified`)."""
     g, b, r, ridge = _dual_terms(gram, c)
-    scale = b.abs().amax(-1) + r.squeeze(-1) + EPS  # the gap's units
-    done_as = None
-    if init is None:  # the active-set start is often already optimal: then no FISTA at all
-        exact_fallback = b.shape[-1] <= EXACT_MAX_K
-        if exact_fallback and not reads_are_free(g):  # the enumeration below is cheaper than steps
-            w_as = _dropped_negatives_start(g, b, r, rounds=1)  # optimal where its gap says so
-            done_as = fw_gap(w_as, _exact_gradient(g, b, r, w_as)) <= tol * scale
-        else:
-            w_as = _dropped_negatives_start(g, b, r, rounds=b.shape[-1])
-            w_as, done_as = _active_set_steps(g, b, r, w_as, tol * scale, rounds=b.shape[-1] + 10)
-        if reads_are_free(g) and bool(done_as.all()):  # reading a flag is free on CPU
-            return primal_weights(g, r, w_as, c, ridge, gram.dtype), w_as, done_as
-        if exact_fallback:  # what the steps left, exactly; cheaper than FISTA here
-            w_ex = _enumerated_optimum(g, b, r)
-            w_as = torch.where(done_as.unsqueeze(-1), w_as, w_ex)
-            return primal_weights(g, r, w_as, c, ridge, gram.dtype), w_as, torch.ones_like(done_as)
-    w, converged = _iterative_dual(g, b, r, c, max_iter, tol * scale, init)
-    if done_as is not None:
-        w, converged = torch.where(done_as.unsqueeze(-1), w_as, w), converged | done_as
+    if b.shape[-1] <= ENUMERATE_MAX_K:
+        w = _enumerated_optimum(g, b, r)
+        return primal_weights(g, r, w, c, ridge, gram.dtype), w, torch.ones(b.shape[:-1], dtype=torch.bool, device=b.device)
+    tol = tol * (b.abs().amax(-1) + r.squeeze(-1) + EPS)  # the gap's units
+    w, converged = _iterative_dual(g, b, r, c, max_iter, tol, init)
     out = primal_weights(g, r, w, c, ridge, gram.dtype)
-    return out, w, converged | _certified(g, b, r, w, out, ridge, tol * scale)
+    return out, w, converged | _certified(g, b, r, w, out, ridge, tol)
 
 
 def _iterative_dual(g, b, r, c: float, max_iter: int, tol, init) -> tuple[torch.Tensor, torch.Tensor]:
@@ -171,23 +147,6 @@ def _exact_gradient(g, b, r, w) -> torch.Tensor:
     sq = (w * gw).sum(-1, keepdim=True)
     norm = torch.where(sq > 0, sq, torch.ones_like(sq)).sqrt()
     return torch.where(sq > 0, b + r * gw / norm, torch.full_like(gw, float("inf")))
-
-
-def _dropped_negatives_start(g, b, r, rounds: int) -> torch.Tensor:
-    """The dual's stationary point on all K rows, then on the rows left after dropping every
-    negative weight, until none is negative (≤ ``rounds``, K at most needed, usually 1-2; all
-    of them off the CPU, where a round without negatives changes nothing): a feasible point
-    that is optimal whenever its Frank–Wolfe gap is ~0 (checked by the caller)."""
-    support = torch.ones(b.shape, dtype=g.dtype, device=g.device)
-    for _ in range(rounds):
-        w_raw = _stationary_on(g, b, r, support.unsqueeze(-2))[0]
-        negative = (support > 0) & (w_raw.squeeze(-2) < 0)
-        support = torch.where(negative, torch.zeros_like(support), support)
-        if reads_are_free(g) and not bool(negative.any()):  # elsewhere all rounds run
-            break
-    w, feasible = _support_candidates(g, b, r, support.unsqueeze(-2))
-    uniform = torch.full_like(b, 1.0 / b.shape[-1])
-    return torch.where(feasible, w.squeeze(-2), uniform)
 
 
 def _active_set_steps(g, b, r, w, tol, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -299,18 +258,6 @@ def _support_candidates(g, b, r, m) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(single, m.expand_as(w), w), feasible | single.squeeze(-1)
 
 
-def cagrad_dual_exact(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The dual of :func:`cagrad_dual_weights` solved exactly by enumerating supports (small K).
-
-    Every support's stationary point (:func:`_support_candidates`) is scored; the objective is
-    convex, so the optimum is the feasible (w ≥ 0) candidate of least objective; every
-    singleton support is feasible, so one always exists. Returns ``(weights, w*)``.
-    """
-    g, b, r, ridge = _dual_terms(gram, c)
-    w_star = _enumerated_optimum(g, b, r)
-    return primal_weights(g, r, w_star, c, ridge, gram.dtype), w_star
-
-
 def _enumerated_optimum(g, b, r) -> torch.Tensor:
     """w* of the dual on ``(g, b, r)`` from :func:`_dual_terms`, by scoring every support."""
     k = g.shape[-1]
@@ -357,12 +304,10 @@ class CAGrad(WarmStartSolver, GramianAggregator):
     """Conflict-averse gradient.
 
     Options: ``c`` (0.5; 0 gives the mean; MT10 uses 0.9), ``rescale`` ∈ {0, 1, 2} (1 as in the
-    reference code: divide by 1 + c²; TorchJD uses 0). K ≤ 10: the dual is solved exactly
-    (support enumeration, or active-set steps checked by their Frank–Wolfe gap). K > 10:
-    ``max_iter`` (100) / ``tol`` (1e-10) of the iterative dual solver, ``warm_start`` (False):
-    start each solve from the previous dual solution (same K), which cuts iterations when
-    gradients change slowly between steps (it also makes K ≤ 6 iterate, as MGDA does); the
-    previous solution is then state (``w_prev``). Weights are
+    reference code: divide by 1 + c²; TorchJD uses 0). K ≤ 10: the dual is solved exactly by
+    support enumeration. K > 10: ``max_iter`` (100) / ``tol`` (1e-10) of the iterative dual
+    solver, ``warm_start`` (False): start each solve from the previous dual solution (same K),
+    which is then state (``w_prev``). Weights are
     invariant to a global gradient scale. A solve that stops at ``max_iter`` without reaching
     ``tol`` increments ``not_converged`` (a device counter).
     """
@@ -379,14 +324,8 @@ class CAGrad(WarmStartSolver, GramianAggregator):
         self._init_solver("CAGrad", max_iter, tol, warm_start)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        # the weights are homogeneous of degree 0 in G: normalise before solving
-        gram = gram / gram_scale(gram)
-        init = self._start(gram.shape[-1])
-        if gram.shape[-1] <= ENUMERATE_MAX_K and init is None:  # as MGDA: enumerate unless warm-started
-            w, w_dual = cagrad_dual_exact(gram, self.c)
-        else:
-            w, w_dual, converged = cagrad_dual_solve(gram, self.c, self.max_iter, self.tol, init=init)
-            self._count_not_converged(converged)
+        w, w_dual, converged = cagrad_dual_solve(gram, self.c, self.max_iter, self.tol, init=self._start(gram.shape[-1]))
+        self._count_not_converged(converged)
         self._remember(w_dual)
         divisor = (1.0, 1.0 + self.c**2, 1.0 + self.c)[self.rescale]
         return (w / divisor).to(gram.dtype)

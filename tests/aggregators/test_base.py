@@ -1,0 +1,310 @@
+"""The Aggregator contract (morl/aggregators/base.py), for EVERY registered method (rows of
+tests/aggregator_cases.py): an nn.Module with its state in buffers, forward hooks, one input
+check and one non-finite policy ("raise" names the objective, "skip" zeroes the step, keeps
+the state and counts the call), no host read on ``meta`` tensors. References are hand values,
+the same calls under ``check_finite="off"``, or the state before the call."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aggregator_cases import CASES, all_configs
+from jacobians import controlled
+from morl.aggregators import Aggregator, available, build
+
+CONFIGS = all_configs()
+IDS = [f"{n}{'-' + '-'.join(f'{k}={v}' for k, v in o.items()) if o else ''}" for n, o, _ in CONFIGS]
+FINITE = torch.tensor([[1.0, 0.5, 0.0], [0.0, 2.0, 1.0]], dtype=torch.float64)
+
+
+def _call(agg, j, gen=None):
+    losses = None
+    if agg.needs_losses or not agg.needs_grads:
+        g = gen or torch.Generator().manual_seed(1)
+        losses = (torch.rand(j.shape[0], generator=g, dtype=torch.float64) + 0.5).to(j.dtype)
+    return agg(j, losses)
+
+
+def test_every_registered_method_has_a_row():
+    assert sorted(CASES) == available()
+
+
+# -- part 1: the module contract ------------------------------------------------------------------
+@pytest.mark.parametrize("name, options, case", CONFIGS, ids=IDS)
+def test_is_a_module_with_state_in_buffers(name, options, case, gen):
+    agg = build(name, **options)
+    assert isinstance(agg, torch.nn.Module) and isinstance(agg, Aggregator)
+    mats = [controlled(gen, 4, 9, 4) for _ in range(6)]
+    for j in mats[:3]:
+        _call(agg, j)
+    state = agg.state_dict()
+    expected = [_call(agg, j) for j in mats[3:]]
+    fresh = build(name, **options)
+    fresh.load_state_dict(state)
+    for j, e in zip(mats[3:], expected):
+        assert torch.equal(_call(fresh, j), e)
+    if case.stateful:
+        assert any(v is not None for _, v in agg.named_buffers()), "a stateful method keeps its state in buffers"
+
+
+@pytest.mark.parametrize("name, counted", [
+    ("excess_mtl", {"calls": 3}), ("nash_mtl", {"step": 3}), ("epo_al", {"steps": 3}), ("moco", {"k": 3}),
+    ("dwa", {"calls": 0, "periods": 3}),  # every=1: each call closes its period
+])
+def test_call_counters_keep_their_checkpoint_keys(name, counted, gen):
+    # the counters' extra-state keys are what checkpoints hold (morl/aggregators/_counters.py):
+    # they count the calls, survive a load and go back to 0 on reset()
+    agg = build(name)
+    for _ in range(3):
+        _call(agg, controlled(gen, 3, 7, 3))
+    assert agg.state_dict()["_extra_state"] == counted
+    fresh = build(name)
+    fresh.load_state_dict(agg.state_dict())
+    assert fresh.get_extra_state() == counted
+    agg.reset()
+    assert agg.get_extra_state() == dict.fromkeys(counted, 0)
+
+
+@pytest.mark.parametrize("name, options, case", CONFIGS, ids=IDS)
+def test_forward_hooks_see_every_call(name, options, case, gen):
+    agg = build(name, **options)
+    seen = []
+    handle = agg.register_forward_hook(lambda module, args, out: seen.append(out))
+    j = controlled(gen, 3, 7, 3)
+    out = _call(agg, j)
+    handle.remove()
+    assert len(seen) == 1 and seen[0] is out
+    assert agg.weights is not None and agg.weights.shape == (3,)
+
+
+@pytest.mark.parametrize("name, options, case", CONFIGS, ids=IDS)
+def test_skip_policy_zeroes_the_step_and_keeps_the_state(name, options, case, gen):
+    """check_finite="skip": a non-finite call returns 0, counts itself, and leaves every buffer
+    (tracked gradients, multipliers, warm starts) as it was; plain-Python state (call counters
+    of schedules, random generators) advances as for any call."""
+    agg = build(name, check_finite="skip", **options)
+    mats = [controlled(gen, 4, 9, 4) for _ in range(2)]
+    for first in (True, False):  # before any state exists, and with state
+        if not first:
+            _call(agg, mats[0])
+        before = {k: v.clone() for k, v in agg.state_dict().items() if isinstance(v, torch.Tensor)}
+        bad = mats[1].clone()
+        bad[2, 3] = float("nan")
+        out = _call(agg, bad)
+        assert torch.equal(out, torch.zeros_like(out))
+        after = {k: v for k, v in agg.state_dict().items() if isinstance(v, torch.Tensor) and k.split(".")[-1] not in Aggregator._COUNTERS}
+        for key, value in after.items():
+            if key in before:
+                assert torch.equal(value, before[key]), key
+            else:  # created by the skipped call: holds the method's starting value, finite
+                assert torch.isfinite(value.double()).all(), key
+    assert int(agg.stats["nonfinite_steps"]) == 2
+    assert torch.isfinite(_call(agg, mats[0])).all()
+
+
+@pytest.mark.parametrize("name, options, case", CONFIGS, ids=IDS)
+def test_nan_raises_naming_the_objective(name, options, case):
+    j = torch.ones(3, 4)
+    j[1, 2] = float("nan")
+    with pytest.raises(ValueError, match="objective 1"):
+        _call(build(name, **options), j)
+
+
+@pytest.mark.parametrize("name, options, case", CONFIGS, ids=IDS)
+def test_meta_tensors_keep_the_device(name, options, case):
+    """Runs on ``meta`` tensors (no data: any host read of a value fails), as a CPU proxy for
+    a device where reading a value is a synchronisation. ``check_finite="skip"``: the policy
+    learners use on accelerators."""
+    agg = build(name, check_finite="skip", **options)
+    j = torch.empty(5, 11, device="meta")
+    losses = torch.empty(5, device="meta")
+    out = agg(j, losses)
+    assert out.device.type == "meta" and out.shape == (11,)
+
+# -- the non-finite policy on the OUTPUT, and the device counters ---------------------------------
+class _BrokenMethod(Aggregator):
+    """Returns NaN from finite input: what an overflowing solver would do."""
+
+    def aggregate(self, grads, losses):
+        return grads[0] * float("nan")
+
+
+def test_non_finite_output_follows_the_policy():
+    j = torch.ones(2, 3)
+    with pytest.raises(ValueError, match="non-finite direction"):
+        _BrokenMethod()(j)
+    agg = _BrokenMethod(check_finite="skip")
+    assert torch.equal(agg(j), torch.zeros(3)) and torch.equal(agg(j), torch.zeros(3))
+    assert agg.stats["nonfinite_steps"].item() == 2 and agg.stats["nonfinite_steps"].dtype == torch.int64
+    assert torch.isnan(_BrokenMethod(check_finite="off")(j)).all()
+
+def test_a_non_finite_loss_zeroes_the_step_and_the_weights():
+    """Mean ignores the losses, so its direction stays finite: only the loss check can skip it."""
+    agg = build("mean", check_finite="skip")
+    out = agg(FINITE, torch.tensor([1.0, float("nan")], dtype=torch.float64))
+    assert torch.equal(out, torch.zeros(3, dtype=torch.float64))
+    assert torch.equal(agg.weights, torch.zeros(2, dtype=torch.float64))
+    assert agg.stats["nonfinite_steps"].item() == 1
+
+
+@pytest.mark.parametrize("columns", [2, 1])
+@pytest.mark.parametrize("name", ["mean", "cagrad"])
+def test_an_overflowing_direction_from_finite_rows_is_zeroed(name, columns):
+    """float32 rows of 3e38: each is finite, their sum is not (max float32 is 3.4e38), nor is
+    CAGrad's Gramian."""
+    rows = torch.tensor([[3e38, 1.0], [3e38, 1.0]], dtype=torch.float32)[:, :columns]
+    assert not torch.isfinite(build(name, check_finite="off")(rows)).all()  # the case is real
+    agg = build(name, check_finite="skip")
+    assert torch.equal(agg(rows), torch.zeros(columns))
+    assert agg.stats["nonfinite_steps"].item() == 1
+
+
+def test_a_clean_skip_call_starts_the_counter_at_zero():
+    """A finite call under "skip" returns what "off" returns; the counter exists, an int64 0-d 0."""
+    agg = build("mgda", check_finite="skip")
+    out = agg(FINITE)
+    torch.testing.assert_close(out, build("mgda", check_finite="off")(FINITE), rtol=0, atol=0)
+    counter = agg.stats["nonfinite_steps"]
+    assert counter.dtype == torch.int64 and counter.shape == () and counter.item() == 0
+
+
+def test_a_skipped_call_restores_the_state_of_a_nested_base():
+    """MoCo(base=EPO-AL): MoCo's λ is unchanged by the base path, EPO-AL's buffer p comes after
+    it; every persistent buffer must be as after the last finite call."""
+    losses = torch.tensor([0.3, 1.2], dtype=torch.float64)
+    agg = build("moco", base="epo_al", check_finite="skip")
+    agg(FINITE, losses)
+    saved = {k: v.clone() for k, v in agg.state_dict().items() if isinstance(v, torch.Tensor)}  # buffers
+    bad = FINITE.clone()
+    bad[1, 2] = float("nan")
+    assert torch.equal(agg(bad, losses), torch.zeros(3, dtype=torch.float64))
+    after = agg.state_dict()
+    assert any(key.startswith("base.") for key in saved)  # EPO-AL's p is in the state
+    for key, value in saved.items():
+        if "nonfinite_steps" not in key:
+            assert torch.equal(after[key], value), key
+
+
+def test_a_skipped_call_keeps_the_not_converged_count():
+    """The counters are never rolled back: MGDA warm-started with one FISTA step on a K = 8 NaN
+    Gramian counts the unconverged solve, as the same calls with the check off do."""
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(8, 20, generator=gen, dtype=torch.float64)
+    calls = [base + 0.1 * torch.randn(8, 20, generator=gen, dtype=torch.float64) for _ in range(3)]
+    bad = base.clone()
+    bad[0, 0] = float("nan")
+    skip = build("mgda", warm_start=True, max_iter=1, check_finite="skip")
+    off = build("mgda", warm_start=True, max_iter=1, check_finite="off")
+    for j in [*calls, bad]:
+        skip(j)
+        off(j)
+    assert off.stats["not_converged"].item() >= 1  # the NaN solve is counted
+    assert skip.stats["not_converged"].item() == off.stats["not_converged"].item()
+
+
+def test_a_non_finite_one_column_row_is_named():
+    """D = 1: objective 1's gradient is named, not a non-finite direction (Mean checks only its
+    direction and traces a non-finite one back to its row)."""
+    grads = torch.tensor([[1.0], [float("inf")], [2.0]], dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"objective 1 has a non-finite \(NaN/inf\) gradient"):
+        build("mean")(grads)
+
+
+@pytest.mark.parametrize("name", ["mean", "mgda"])
+def test_raise_mode_names_a_non_finite_loss(name):
+    """Finite rows, a NaN loss: MGDA's rows are known finite on the host, the loss is still read."""
+    losses = torch.tensor([0.5, float("nan")], dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"objective 1 has a non-finite \(NaN/inf\) loss"):
+        build(name)(FINITE, losses)
+
+
+def test_a_skipped_first_call_leaves_the_uniform_warm_start():
+    """WarmStartSolver: the state a skipped first call puts back is λ = 1/K (not zeros)."""
+    bad = torch.ones(4, 5, dtype=torch.float64)
+    bad[2, 1] = float("nan")
+    agg = build("mgda", warm_start=True, check_finite="skip")
+    agg(bad)
+    assert torch.equal(agg.w_prev, torch.full((4,), 0.25, dtype=torch.float64))
+
+
+def test_a_warm_start_is_dropped_when_k_changes():
+    """MGDA warm-started at K = 8, then called with 7 rows: a cold solve, the same as a new MGDA's."""
+    gen = torch.Generator().manual_seed(1)
+    j8 = torch.randn(8, 20, generator=gen, dtype=torch.float64)
+    agg = build("mgda", warm_start=True)
+    agg(j8)
+    torch.testing.assert_close(agg(j8[:7]), build("mgda")(j8[:7]), rtol=0, atol=1e-12)
+
+
+def test_raise_mode_refuses_an_overflowing_direction():
+    rows = torch.tensor([[3e38, 1.0], [3e38, 1.0]], dtype=torch.float32)
+    with pytest.raises(ValueError, match="non-finite direction"):
+        build("mean")(rows)
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 3, 4)])
+def test_grads_must_be_a_matrix(shape):
+    with pytest.raises(ValueError, match=r"shape \[K, D\]"):
+        build("mean")(torch.ones(shape))
+
+
+def test_losses_given_as_a_list_are_taken_in_the_gradients_dtype():
+    """MoCo with grad_norm="loss" and β = 1 tracks g_m · f_m: 0.1 as a float64 (through float32
+    it would be 0.1 + 1.5e-9), exactly as the tensor product."""
+    g = torch.tensor([[1.0, 2.0], [3.0, -1.0]], dtype=torch.float64)
+    agg = build("moco", grad_norm="loss", beta0=1.0, beta_pow=0.0)
+    agg(g, [0.1, 0.3])
+    assert torch.equal(agg.y, g * torch.tensor([[0.1], [0.3]], dtype=torch.float64))
+
+
+def test_losses_of_another_dtype_are_cast_to_the_gradients():
+    """float64 losses with float32 gradients: MoCo's tracked Y (g·f with β = 1) stays float32."""
+    g = torch.tensor([[1.0, 2.0], [3.0, -1.0]])
+    agg = build("moco", grad_norm="loss", beta0=1.0, beta_pow=0.0)
+    agg(g, torch.tensor([0.5, 2.0], dtype=torch.float64))
+    assert agg.y.dtype == torch.float32
+    assert torch.equal(agg.y, torch.tensor([[0.5, 1.0], [6.0, -2.0]]))
+
+
+@pytest.mark.parametrize("name", available())
+def test_every_method_names_the_row_with_a_nan_or_inf(name):
+    """NaN, +inf and -inf in any column of row 2 name objective 2; +inf and -inf in one column of
+    rows 1 and 3 name objective 1 (the first)."""
+    gen = torch.Generator().manual_seed(1)
+    losses = torch.tensor([0.4, 0.9, 1.3, 0.7], dtype=torch.float64)
+    agg = build(name)
+    for bad_value in (float("nan"), float("inf"), -float("inf")):
+        for column in (0, 6):
+            grads = torch.randn(4, 7, generator=gen, dtype=torch.float64)
+            grads[2, column] = bad_value
+            with pytest.raises(ValueError, match=r"objective 2 has a non-finite \(NaN/inf\) gradient"):
+                agg(grads, losses)
+    grads = torch.randn(4, 7, generator=gen, dtype=torch.float64)
+    grads[1, 4], grads[3, 4] = float("inf"), -float("inf")
+    with pytest.raises(ValueError, match=r"objective 1 has a non-finite \(NaN/inf\) gradient"):
+        agg(grads, losses)
+
+
+def test_an_overflow_of_finite_rows_is_not_blamed_on_a_row():
+    """Mean, float32 rows of 3e38 summed: every row is finite, so the error says the direction is
+    non-finite, not that an objective is."""
+    rows = torch.tensor([[3e38, 1.0], [3e38, 1.0]], dtype=torch.float32)
+    with pytest.raises(ValueError, match="Mean produced a non-finite direction from finite gradients"):
+        build("mean", reduction="sum")(rows)
+
+
+
+@pytest.mark.parametrize("mode", ["raise", "skip", "off"])
+def test_no_columns_is_one_clear_error(mode):
+    """D = 0: one ValueError from forward naming the shape, whatever the policy and method."""
+    for name in ("mean", "mgda", "cagrad"):
+        with pytest.raises(ValueError, match=r"at least one column \(D >= 1\), got shape \(3, 0\)"):
+            build(name, check_finite=mode)(torch.zeros(3, 0, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
+
+
+def test_learner_flags_have_their_defaults():
+    """needs_grads / needs_losses / needs_losses_after_step: what learners read instead of types."""
+    mgda, mean = build("mgda"), build("mean")
+    assert mgda.needs_grads and not mgda.needs_losses and not mgda.needs_losses_after_step
+    assert not mean.needs_grads and not mean.needs_losses and not mean.needs_losses_after_step
