@@ -9,10 +9,9 @@ mean gradient g0. Dual over the simplex (what the reference code solves):
 then divided by 1 (rescale=0), 1 + c² (rescale=1, the reference default) or 1 + c (rescale=2).
 Only inner products enter, so the dual is solved on the K×K Gramian, in torch, the same code
 on every device: exactly by support enumeration for K ≤ ``ENUMERATE_MAX_K`` (one batched solve
-over the 2^K − 1 supports). Above it, accelerated projected gradient on the simplex finds the
-support, the exact stationary point on it is taken where it is better, and active-set steps
-(Wolfe's major and minor steps, plus a ray step where the dual is unbounded below on a
-support's affine hull, possible for c < 1) finish on the exact optimum.
+over the 2^K − 1 supports). Above it, active-set steps (Wolfe's major and minor steps, plus a
+ray step where the dual is unbounded below on a support's affine hull, possible for c < 1) run
+from the stationary point of the rows left once negative weights are dropped.
 
 The dual is solved on G + δ diag G (:func:`_dual_terms`): a float32 Gramian of rank-deficient
 rows is indefinite at rounding level, and sqrt(wᵀGw) then has spurious stationary points.
@@ -32,12 +31,12 @@ from morl.aggregators.base import GramianAggregator
 from morl.host_reads import reads_are_free
 from morl.solvers.gramian import definite_ridge
 from morl.solvers.min_norm import RIDGE, ZERO_ROW, equilibrate, min_norm_solve, restricted, support_masks
-from morl.solvers.simplex_descent import fw_gap, minimize_on_simplex
+from morl.solvers.simplex import fw_gap
 
 RESCALES = (0, 1, 2)
 #: Up to this K the dual is solved by enumerating its 2^K − 1 supports in one batched solve.
 ENUMERATE_MAX_K = 10
-#: smoothing of ‖g_w‖ = sqrt(wᵀGw + EPS), on G / max diag
+#: floor of the gap's units (an all-zero Gramian), on G / max diag
 EPS = 1e-12
 
 
@@ -58,12 +57,6 @@ def _dual_terms(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch.Tenso
     return g, b, c * torch.sqrt(b.mean(-1, keepdim=True).clamp(min=0.0)), ridge
 
 
-def dual_objective(g, b, r, w) -> torch.Tensor:
-    """g_w·g0 + r‖g_w‖ (smoothed by EPS) for weights ``w`` [..., K] (extra dims broadcast)."""
-    gw = (w.unsqueeze(-2) @ g).squeeze(-2)
-    return (w * b).sum(-1) + r * torch.sqrt((w * gw).sum(-1).clamp(min=0.0) + EPS)
-
-
 def cagrad_dual_solve(
     gram: torch.Tensor, c: float, max_iter: int = 100, tol: float = 1e-10, init: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -82,34 +75,27 @@ def cagrad_dual_solve(
 
 
 def _iterative_dual(g, b, r, c: float, max_iter: int, tol, init) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(w, converged)``: FISTA on the simplex from ``init`` (uniform if None), then the exact
-    solve on the support it found, for c ≥ 1 the min-norm point as a candidate, then
-    active-set steps from the best of these (all K + 10 rounds off the CPU: FISTA's 100 steps
-    alone left 13-20 of 132 float32 solves at K = 12-16 short of the gap there)."""
-    def fun(w):
-        gw = (g @ w.unsqueeze(-1)).squeeze(-1)
-        norm = torch.sqrt((w * gw).sum(-1, keepdim=True).clamp(min=0.0) + EPS)
-        return (w * b).sum(-1) + (r * norm).squeeze(-1), b + r * gw / norm
-
-    # Not from the active-set start: where FISTA stops at max_iter, a start that depends on the
-    # support found would make the answer jump with rounding (d(aJ) ≠ a·d(J), ill-conditioned G).
-    w0 = torch.full_like(b, 1.0 / b.shape[-1]) if init is None else init.to(g)
-    step0 = 1.0 / (torch.diagonal(g, dim1=-2, dim2=-1).sum(-1) * (1.0 + c) + EPS)
-    w, converged = minimize_on_simplex(fun, w0, step0, max_iter=max_iter, tol=tol, return_converged=True)
-    # The exact solve on the support FISTA found; kept only where it is feasible and better.
-    support = (w > 1e-6 * w.amax(-1, keepdim=True)).to(g.dtype)
-    w_s, feasible = _support_candidates(g, b, r, support.unsqueeze(-2))
-    w_s = w_s.squeeze(-2)
-    better = feasible.squeeze(-1) & (dual_objective(g, b, r.squeeze(-1), w_s) <= dual_objective(g, b, r.squeeze(-1), w))
-    w = torch.where(better.unsqueeze(-1), w_s, w)
-    if c >= 1.0:  # at a Pareto-stationary point the optimum is the min-norm point (value 0),
-        # where ‖g_w‖ → 0 makes the objective too curved for FISTA: offer it directly
+    """``(w, converged)``: active-set steps from ``init``, or from the stationary point of the rows
+    left once the negative weights are dropped; for c ≥ 1 from the min-norm point where that is
+    better (the optimum at a Pareto-stationary point, where ‖g_w‖ → 0)."""
+    w = _dropped_negatives_start(g, b, r, rounds=b.shape[-1]) if init is None else init.to(g)
+    if c >= 1.0:
         w_mn = min_norm_solve(g)[0]
-        better = _unsmoothed(g, b, r, w_mn) < _unsmoothed(g, b, r, w)  # (EPS ~ ‖g_w‖² there)
-        w = torch.where(better.unsqueeze(-1), w_mn, w)
-    w_as, done_as = _active_set_steps(g, b, r, w, tol, rounds=b.shape[-1] + 10)  # end on the exact optimum
-    w, converged = torch.where(done_as.unsqueeze(-1), w_as, w), converged | done_as
-    return w, converged | (fw_gap(w, fun(w)[1]) <= tol)
+        w = torch.where((dual_objective(g, b, r, w_mn) < dual_objective(g, b, r, w)).unsqueeze(-1), w_mn, w)
+    return _active_set_steps(g, b, r, w, tol, rounds=max_iter)
+
+
+def _dropped_negatives_start(g, b, r, rounds: int) -> torch.Tensor:
+    """The stationary point on all K rows, then on the rows left after dropping every negative
+    weight, until none is negative (uniform weights where no support is left feasible)."""
+    support = torch.ones(b.shape, dtype=g.dtype, device=g.device)
+    for _ in range(rounds):
+        negative = (support > 0) & (_stationary_on(g, b, r, support.unsqueeze(-2))[0].squeeze(-2) < 0)
+        support = torch.where(negative, torch.zeros_like(support), support)
+        if reads_are_free(g) and not bool(negative.any()):
+            break
+    w, feasible = _support_candidates(g, b, r, support.unsqueeze(-2))
+    return torch.where(feasible, w.squeeze(-2), torch.full_like(b, 1.0 / b.shape[-1]))
 
 
 def _quad(g, w) -> torch.Tensor:
@@ -117,8 +103,8 @@ def _quad(g, w) -> torch.Tensor:
     return (w * (g @ w.unsqueeze(-1)).squeeze(-1)).sum(-1).clamp(min=0.0)
 
 
-def _unsmoothed(g, b, r, w) -> torch.Tensor:
-    """The dual objective w·b + r‖g_w‖ [...] without :func:`dual_objective`'s EPS smoothing."""
+def dual_objective(g, b, r, w) -> torch.Tensor:
+    """g_w·g0 + r‖g_w‖ = w·b + r sqrt(wᵀGw) for weights ``w`` [..., K] (extra dims broadcast)."""
     return (w * b).sum(-1) + r.squeeze(-1) * _quad(g, w).sqrt()
 
 
@@ -134,15 +120,14 @@ def _certified(g, b, r, w, out, ridge, tol) -> torch.Tensor:
     quad = _quad(g, w).unsqueeze(-1)
     spread = 2 * ridge.squeeze(-1) * (w.square() * torch.diagonal(g, dim1=-2, dim2=-1)).sum(-1, keepdim=True)
     unknown = r * (quad.sqrt() - (quad - spread).clamp(min=0.0).sqrt())
-    dual = _unsmoothed(g, b, r, w).unsqueeze(-1)
+    dual = dual_objective(g, b, r, w).unsqueeze(-1)
     primal = (g @ out.unsqueeze(-1)).squeeze(-1).amin(-1, keepdim=True)
     return (dual - primal <= tol.unsqueeze(-1) + unknown).squeeze(-1)
 
 
 def _exact_gradient(g, b, r, w) -> torch.Tensor:
-    """∇ of g_w·g0 + r‖g_w‖ without the EPS smoothing (which moves the gradient by ~EPS/‖g_w‖²,
-    5e-11 at ‖g_w‖² = 0.01: enough to fail a 1e-10 gap at an exact stationary point); where
-    ‖g_w‖ = 0 it is not differentiable and the gradient is made +inf (the gap check fails)."""
+    """∇ of g_w·g0 + r‖g_w‖; where ‖g_w‖ = 0 it is not differentiable and the gradient is made
+    +inf (the gap check fails)."""
     gw = (g @ w.unsqueeze(-1)).squeeze(-1)
     sq = (w * gw).sum(-1, keepdim=True)
     norm = torch.where(sq > 0, sq, torch.ones_like(sq)).sqrt()
@@ -262,7 +247,7 @@ def _enumerated_optimum(g, b, r) -> torch.Tensor:
     """w* of the dual on ``(g, b, r)`` from :func:`_dual_terms`, by scoring every support."""
     k = g.shape[-1]
     w, feasible = _support_candidates(g, b, r, support_masks(k, g.device))
-    obj = dual_objective(g.unsqueeze(-3), b.unsqueeze(-2), r, w)
+    obj = dual_objective(g.unsqueeze(-3), b.unsqueeze(-2), r.unsqueeze(-1), w)
     obj = torch.where(feasible, obj, torch.full_like(obj, float("inf")))
     best = obj.argmin(-1, keepdim=True)
     return torch.gather(w, -2, best.unsqueeze(-1).expand(*best.shape, k)).squeeze(-2)
@@ -305,8 +290,8 @@ class CAGrad(WarmStartSolver, GramianAggregator):
 
     Options: ``c`` (0.5; 0 gives the mean; MT10 uses 0.9), ``rescale`` ∈ {0, 1, 2} (1 as in the
     reference code: divide by 1 + c²; TorchJD uses 0). K ≤ 10: the dual is solved exactly by
-    support enumeration. K > 10: ``max_iter`` (100) / ``tol`` (1e-10) of the iterative dual
-    solver, ``warm_start`` (False): start each solve from the previous dual solution (same K),
+    support enumeration. K > 10: ``max_iter`` (100) active-set rounds / ``tol`` (1e-10, the
+    Frank–Wolfe gap relative to the dual's scale), ``warm_start`` (False): start each solve from the previous dual solution (same K),
     which is then state (``w_prev``). Weights are
     invariant to a global gradient scale. A solve that stops at ``max_iter`` without reaching
     ``tol`` increments ``not_converged`` (a device counter).

@@ -22,7 +22,7 @@ import torch
 
 from morl.host_reads import reads_are_free
 from morl.solvers.gramian import gram_scale
-from morl.solvers.simplex_descent import fw_gap
+from morl.solvers.simplex import fw_gap
 
 #: The reference code's denominator guard in the K = 2 closed form, on the normalised Gramian.
 EPS_2 = 1e-8

@@ -55,7 +55,6 @@ UPDATES = 2  # the first (lazy state) and one in the steady state
 CPU_ONLY_READS = frozenset({
     ("morl/solvers/min_norm.py", "wolfe_steps"),  # Wolfe's early exit
     ("morl/aggregators/cagrad.py", "_active_set_steps"),
-    ("morl/solvers/simplex_descent.py", "minimize_on_simplex"),
     ("morl/solvers/dual_cone.py", "project_with_free_set"),  # small problems solved in Python
     ("morl/solvers/dual_cone.py", "_start_list"),  # its warm start, as a list
     ("morl/solvers/dual_cone_host.py", "pdas_batched"),  # ... K >= 6 with B > 1: batched rounds
