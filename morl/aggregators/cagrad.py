@@ -30,7 +30,7 @@ from morl.aggregators._warm_start import WarmStartSolver
 from morl.aggregators.base import GramianAggregator
 from morl.host_reads import reads_are_free
 from morl.solvers.gramian import definite_ridge
-from morl.solvers.min_norm import RIDGE, ZERO_ROW, equilibrate, min_norm_solve, restricted, support_masks
+from morl.solvers.min_norm import RIDGE, ZERO_ROW, equilibrate, min_norm_solve, quad, restricted, support_masks
 from morl.solvers.simplex import fw_gap
 
 RESCALES = (0, 1, 2)
@@ -98,14 +98,9 @@ def _dropped_negatives_start(g, b, r, rounds: int) -> torch.Tensor:
     return torch.where(feasible, w.squeeze(-2), torch.full_like(b, 1.0 / b.shape[-1]))
 
 
-def _quad(g, w) -> torch.Tensor:
-    """‖g_w‖² = wᵀGw [...], clamped at 0."""
-    return (w * (g @ w.unsqueeze(-1)).squeeze(-1)).sum(-1).clamp(min=0.0)
-
-
 def dual_objective(g, b, r, w) -> torch.Tensor:
     """g_w·g0 + r‖g_w‖ = w·b + r sqrt(wᵀGw) for weights ``w`` [..., K] (extra dims broadcast)."""
-    return (w * b).sum(-1) + r.squeeze(-1) * _quad(g, w).sqrt()
+    return (w * b).sum(-1) + r.squeeze(-1) * quad(g, w).clamp(min=0.0).sqrt()
 
 
 def _certified(g, b, r, w, out, ridge, tol) -> torch.Tensor:
@@ -117,9 +112,9 @@ def _certified(g, b, r, w, out, ridge, tol) -> torch.Tensor:
     r‖g_w‖ to r(‖g_w‖ − sqrt(‖g_w‖² − 2δ…)): up to r sqrt(δ)‖w‖ where g_w is rounding noise,
     as at a Pareto-stationary point with c ≥ 1 (optimum 0, where the gradient gap cannot
     certify anything: ‖g_w‖ → 0 makes it blow up)."""
-    quad = _quad(g, w).unsqueeze(-1)
+    sq = quad(g, w).clamp(min=0.0).unsqueeze(-1)
     spread = 2 * ridge.squeeze(-1) * (w.square() * torch.diagonal(g, dim1=-2, dim2=-1)).sum(-1, keepdim=True)
-    unknown = r * (quad.sqrt() - (quad - spread).clamp(min=0.0).sqrt())
+    unknown = r * (sq.sqrt() - (sq - spread).clamp(min=0.0).sqrt())
     dual = dual_objective(g, b, r, w).unsqueeze(-1)
     primal = (g @ out.unsqueeze(-1)).squeeze(-1).amin(-1, keepdim=True)
     return (dual - primal <= tol.unsqueeze(-1) + unknown).squeeze(-1)
@@ -271,7 +266,7 @@ def primal_weights(g, r, w, c: float, ridge: torch.Tensor, dtype: torch.dtype) -
     norms = torch.diagonal(g, dim1=-2, dim2=-1).div(1.0 + ridge.squeeze(-1)).sqrt()
     entry = (ridge.squeeze(-1) / k).clamp_min(torch.finfo(dtype).eps)
     unsure = entry * (norms * w.abs()).sum(-1, keepdim=True).square()
-    gw_norm = (_quad(g, w).unsqueeze(-1) + unsure).sqrt()
+    gw_norm = (quad(g, w).clamp(min=0.0).unsqueeze(-1) + unsure).sqrt()
     # r² = c²·1ᵀG1/K² is known to ±c²e(Σ_k‖g_k‖/K)²: lost to cancellation when g0 is small
     r_low = (r.square() - c**2 * entry * norms.mean(-1, keepdim=True).square()).clamp(min=0.0).sqrt()
     dual = 1.0 / k + r_low / torch.where(gw_norm > 0, gw_norm, torch.ones_like(gw_norm)) * w  # 0: w on zero rows only

@@ -1,7 +1,7 @@
 """The Aggregator contract (morl/aggregators/base.py), for EVERY registered method (rows of
 tests/aggregator_cases.py): an nn.Module with its state in buffers, forward hooks, one input
 check and one non-finite policy ("raise" names the objective, "skip" zeroes the step, keeps
-the state and counts the call), no host read on ``meta`` tensors. References are hand values,
+the state and counts the call). No host read on ``meta`` tensors: test_update_no_sync.py. References are hand values,
 the same calls under ``check_finite="off"``, or the state before the call."""
 
 from __future__ import annotations
@@ -111,18 +111,6 @@ def test_nan_raises_naming_the_objective(name, options, case):
         _call(build(name, **options), j)
 
 
-@pytest.mark.parametrize("name, options, case", CONFIGS, ids=IDS)
-def test_meta_tensors_keep_the_device(name, options, case):
-    """Runs on ``meta`` tensors (no data: any host read of a value fails), as a CPU proxy for
-    a device where reading a value is a synchronisation. ``check_finite="skip"``: the policy
-    learners use on accelerators."""
-    agg = build(name, check_finite="skip", **options)
-    j = torch.empty(5, 11, device="meta")
-    losses = torch.empty(5, device="meta")
-    out = agg(j, losses)
-    assert out.device.type == "meta" and out.shape == (11,)
-
-# -- the non-finite policy on the OUTPUT, and the device counters ---------------------------------
 class _BrokenMethod(Aggregator):
     """Returns NaN from finite input: what an overflowing solver would do."""
 
