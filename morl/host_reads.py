@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Iterable
-
 import torch
-
-#: C array codes of the dtypes :func:`cpu_tensor` wraps (others go through torch.tensor)
-ARRAY_CODE = {torch.float32: "f", torch.float64: "d"}
 
 
 def reads_are_free(t: torch.Tensor) -> bool:
@@ -19,14 +13,3 @@ def reads_are_free(t: torch.Tensor) -> bool:
     under ``torch.compile`` (CPU included) a graph break: there every iteration runs.
     """
     return t.device.type == "cpu" and not torch.compiler.is_compiling()
-
-
-def cpu_tensor(values: Iterable, dtype: torch.dtype) -> torch.Tensor:
-    """A 1-D CPU tensor of Python numbers (kept only until the methods that use it are rewritten)."""
-    if dtype == torch.bool:
-        data = bytearray(values)
-    elif dtype in ARRAY_CODE:
-        data = array(ARRAY_CODE[dtype], values)
-    else:
-        return torch.tensor(list(values), dtype=dtype)
-    return torch.frombuffer(data, dtype=dtype) if len(data) else torch.empty(0, dtype=dtype)

@@ -59,13 +59,7 @@ CPU_ONLY_READS = frozenset({
     ("morl/solvers/dual_cone.py", "project_with_free_set"),  # small problems solved in Python
     ("morl/solvers/dual_cone.py", "_start_list"),  # its warm start, as a list
     ("morl/solvers/dual_cone_host.py", "pdas_batched"),  # ... K >= 6 with B > 1: batched rounds
-    ("morl/aggregators/_host.py", "gramian_rows"),  # small CPU Gramians finished in Python floats
-    ("morl/aggregators/_host.py", "eigh_lists"),
-    ("morl/aggregators/_host.py", "inverse_lists"),
-    ("morl/aggregators/_host.py", "as_list"),
-    ("morl/aggregators/_host.py", "weights_tensor"),
     ("morl/aggregators/aligned_mtl.py", "_aligned_cpu"),  # K > 16: the eigenvalues as floats
-    ("morl/host_reads.py", "cpu_tensor"),  # their values as a tensor (torch.tensor for float16/bfloat16)
     ("morl/solvers/alpha_fair.py", "alpha_fair_solve"),  # early exit of the Newton steps
     ("morl/solvers/priority_qp.py", "pdas_rounds"),
     ("morl/solvers/priority_qp.py", "solve_masked"),
