@@ -211,8 +211,7 @@ def _stationary_on(g, b, r, m) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     v = nu.unsqueeze(-1) * g_inv_1 - g_inv_b  # r·v, the positive factor cancels in w
     total = v.sum(-1, keepdim=True)
     # One Newton step on vᵀGv = r² (derivative 2·1ᵀv): the root above loses digits to the
-    # cancellation in B² − A(C − r²); the quadratic form of v itself does not (1e-10 → 1e-15
-    # stationarity error measured at K = 10).
+    # cancellation in B² − A(C − r²); the quadratic form of v itself does not.
     quad_v = (v * (v.unsqueeze(-2) @ g.unsqueeze(-3)).squeeze(-2)).sum(-1, keepdim=True)
     safe = torch.where(total > 0, total, torch.ones_like(total))
     v = v - ((quad_v - r.unsqueeze(-1).square()) / (2 * safe) * (total > 0)) * g_inv_1
