@@ -136,9 +136,9 @@ def _active_set_steps(g, b, r, w, tol, rounds: int) -> tuple[torch.Tensor, torch
     As Wolfe's steps for the min-norm point (:func:`morl.solvers.min_norm.wolfe_steps`), one
     :func:`_active_set_round` at a time. Unlike the min-norm problem, the dual can be unbounded
     below on a support's affine hull (|g0·g_u| > r‖g_u‖ along some u with Σu = 0, possible for
-    c < 1); its "stationary point" then makes the row that just entered negative (a minor step
-    of length 0), or does not exist (1ᵀv ≤ 0). Such an entry stops undone, for the caller's
-    fallback; so does one whose optimum has g_w = 0 (no gradient there to certify it).
+    c < 1); there a ray step follows the unbounded direction (:func:`_active_set_round`). An
+    entry whose optimum has g_w = 0 stops undone (no gradient there to certify it); the duality
+    gap of the caller's answer may certify it instead (:func:`_certified`).
     """
     support = w > 0
     done = torch.zeros(w.shape[:-1], dtype=torch.bool, device=w.device)
