@@ -3,7 +3,7 @@
 Every name in ``morl.aggregators.available()`` must have a row (a test checks it), so a new
 method cannot dodge the suite. The flags state the method's published guarantees, not what
 the code happens to do: a flag set here is a property the paper proves (or the method's
-construction implies), and ``tests/test_aggregator_contract.py`` checks it over generated
+construction implies), and ``tests/aggregators/test_properties.py`` checks it over generated
 matrices of controlled rank, row-norm spread and scale in float32 and float64.
 
 * ``options``: build options for the checks (the defaults when empty).

@@ -13,7 +13,7 @@ Python data or moved with ``.to``/``copy_`` onto the device is a host->device co
   device that is not the CPU (with ``strict_cpu``: onto the CPU too, since the same line
   with ``device=`` the gradients' device copies on an accelerator).
 
-Not caught here (a ``meta`` run catches them: see tests/test_update_no_sync.py): reads inside
+Not caught here (a ``meta`` run catches them: see tests/aggregators/test_update_no_sync.py): reads inside
 C++ operators, e.g. ``nonzero``, boolean-mask indexing, ``masked_select``.
 """
 

@@ -31,14 +31,14 @@ def stationary(gen, k, d, rank, scale=1.0, dtype=torch.float64):
     return (j * scale).to(dtype)
 
 
-def cases(gen, dtype, ks=(3, 5, 10, 20, 40)):
+def cases(gen, dtype, ks=(3, 5, 10, 20, 40), spreads=(4.0, 6.0)):
     """(label, J) over K, rank, spread and scale; float64 generation, then cast."""
     for k in ks:
         for scale in (1e-12, 1.0, 1e12):
             yield f"K={k} full s={scale:g}", controlled(gen, k, 3 * k, k, scale=scale, dtype=dtype)
             yield f"K={k} rank-deficient s={scale:g}", controlled(gen, k, 30, max(1, k // 3), scale=scale, dtype=dtype)
             yield f"K={k} stationary s={scale:g}", stationary(gen, k, 30, max(1, k // 2), scale=scale, dtype=dtype)
-        for spread in (4.0, 6.0):
+        for spread in spreads:
             yield f"K={k} spread 1e{spread:g}", controlled(gen, k, 3 * k + 5, k, spread=spread, dtype=dtype)
 
 

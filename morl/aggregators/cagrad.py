@@ -7,15 +7,11 @@ mean gradient g0. Dual over the simplex (what the reference code solves):
     d  = g0 + (c‖g0‖ / ‖g_w*‖) g_w*,
 
 then divided by 1 (rescale=0), 1 + c² (rescale=1, the reference default) or 1 + c (rescale=2).
-Only inner products enter, so the dual is solved on the K×K Gramian, in torch, with no scipy
-and no host sync: exactly by support enumeration for K ≤ ``ENUMERATE_MAX_K`` (one batched
-solve, :func:`cagrad_dual_exact`). Above that (:func:`cagrad_dual_solve`) the stationary point
-on all K rows, re-solved after dropping negative weights, starts active-set steps on the CPU
-(they read flags): major and minor steps as Wolfe's, plus a ray step where the dual is
-unbounded below on a support's affine hull (possible for c < 1). What they leave (K ≤ 10:
-by enumeration; above, or on other devices, by accelerated projected gradient from the uniform
-weights, the exact solve on the support it found and, on CPU, active-set steps from there) is
-rare: 0 of 576 hard K = 12..40 problems, 6.3 ms a call against 14 ms before the ray step.
+Only inner products enter, so the dual is solved on the K×K Gramian, in torch, the same code
+on every device: exactly by support enumeration for K ≤ ``ENUMERATE_MAX_K`` (one batched solve
+over the 2^K − 1 supports). Above it, active-set steps (Wolfe's major and minor steps, plus a
+ray step where the dual is unbounded below on a support's affine hull, possible for c < 1) run
+from the stationary point of the rows left once negative weights are dropped.
 
 The dual is solved on G + δ diag G (:func:`_dual_terms`): a float32 Gramian of rank-deficient
 rows is indefinite at rounding level, and sqrt(wᵀGw) then has spurious stationary points.
@@ -33,14 +29,14 @@ from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators._warm_start import WarmStartSolver
 from morl.aggregators.base import GramianAggregator
 from morl.host_reads import reads_are_free
-from morl.solvers.gramian import definite_ridge, gram_scale
-from morl.solvers.min_norm import (
-    ENUMERATE_MAX_K, EXACT_MAX_K, RIDGE, ZERO_ROW, equilibrate, min_norm_solve, restricted, support_masks,
-)
-from morl.solvers.simplex_descent import fw_gap, minimize_on_simplex
+from morl.solvers.gramian import definite_ridge
+from morl.solvers.min_norm import RIDGE, ZERO_ROW, equilibrate, min_norm_solve, quad, restricted, support_masks
+from morl.solvers.simplex import fw_gap
 
 RESCALES = (0, 1, 2)
-#: smoothing of ‖g_w‖ = sqrt(wᵀGw + EPS), on G / max diag
+#: Up to this K the dual is solved by enumerating its 2^K − 1 supports in one batched solve.
+ENUMERATE_MAX_K = 10
+#: floor of the gap's units (an all-zero Gramian), on G / max diag
 EPS = 1e-12
 
 
@@ -61,89 +57,50 @@ def _dual_terms(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch.Tenso
     return g, b, c * torch.sqrt(b.mean(-1, keepdim=True).clamp(min=0.0)), ridge
 
 
-def dual_objective(g, b, r, w) -> torch.Tensor:
-    """g_w·g0 + r‖g_w‖ (smoothed by EPS) for weights ``w`` [..., K] (extra dims broadcast)."""
-    gw = (w.unsqueeze(-2) @ g).squeeze(-2)
-    return (w * b).sum(-1) + r * torch.sqrt((w * gw).sum(-1).clamp(min=0.0) + EPS)
-
-
-def cagrad_dual_weights(
-    gram: torch.Tensor, c: float, max_iter: int = 100, tol: float = 1e-10, init: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(weights, w*)`` for a normalised ``gram``: d = weights·g before the rescale, w* the dual
-    solution on the simplex (pass it back as ``init`` to warm-start the next solve)."""
-    return cagrad_dual_solve(gram, c, max_iter, tol, init)[:2]
-
-
 def cagrad_dual_solve(
     gram: torch.Tensor, c: float, max_iter: int = 100, tol: float = 1e-10, init: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`cagrad_dual_weights` plus ``converged`` [...]: False when ``max_iter`` ran out
-    before the gap reached ``tol``, the exact solve on the support found did not close it, and
-    the duality gap of the answer does not certify it either (:func:`_certified`)."""
+    """``(weights, w*, converged)`` for a normalised ``gram``: d = weights·g before the rescale,
+    w* the dual solution on the simplex (``init`` warm-starts the iterative solve), converged
+    False where ``max_iter`` ran out before the gap reached ``tol``, the active-set steps did not
+    close it, and the duality gap of the answer does not certify it either (:func:`_certified`)."""
     g, b, r, ridge = _dual_terms(gram, c)
-    scale = b.abs().amax(-1) + r.squeeze(-1) + EPS  # the gap's units
-    done_as = None
-    if init is None:  # the active-set start is often already optimal: then no FISTA at all
-        exact_fallback = b.shape[-1] <= EXACT_MAX_K
-        if exact_fallback and not reads_are_free(g):  # the enumeration below is cheaper than steps
-            w_as = _dropped_negatives_start(g, b, r, rounds=1)  # optimal where its gap says so
-            done_as = fw_gap(w_as, _exact_gradient(g, b, r, w_as)) <= tol * scale
-        else:
-            w_as = _dropped_negatives_start(g, b, r, rounds=b.shape[-1])
-            w_as, done_as = _active_set_steps(g, b, r, w_as, tol * scale, rounds=b.shape[-1] + 10)
-        if reads_are_free(g) and bool(done_as.all()):  # reading a flag is free on CPU
-            return primal_weights(g, r, w_as, c, ridge, gram.dtype), w_as, done_as
-        if exact_fallback:  # what the steps left, exactly; cheaper than FISTA here
-            w_ex = _enumerated_optimum(g, b, r)
-            w_as = torch.where(done_as.unsqueeze(-1), w_as, w_ex)
-            return primal_weights(g, r, w_as, c, ridge, gram.dtype), w_as, torch.ones_like(done_as)
-    w, converged = _iterative_dual(g, b, r, c, max_iter, tol * scale, init)
-    if done_as is not None:
-        w, converged = torch.where(done_as.unsqueeze(-1), w_as, w), converged | done_as
+    if b.shape[-1] <= ENUMERATE_MAX_K:
+        w = _enumerated_optimum(g, b, r)
+        return primal_weights(g, r, w, c, ridge, gram.dtype), w, torch.ones(b.shape[:-1], dtype=torch.bool, device=b.device)
+    tol = tol * (b.abs().amax(-1) + r.squeeze(-1) + EPS)  # the gap's units
+    w, converged = _iterative_dual(g, b, r, c, max_iter, tol, init)
     out = primal_weights(g, r, w, c, ridge, gram.dtype)
-    return out, w, converged | _certified(g, b, r, w, out, ridge, tol * scale)
+    return out, w, converged | _certified(g, b, r, w, out, ridge, tol)
 
 
 def _iterative_dual(g, b, r, c: float, max_iter: int, tol, init) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(w, converged)``: FISTA on the simplex from ``init`` (uniform if None), then the exact
-    solve on the support it found, for c ≥ 1 the min-norm point as a candidate, then
-    active-set steps from the best of these (all K + 10 rounds off the CPU: FISTA's 100 steps
-    alone left 13-20 of 132 float32 solves at K = 12-16 short of the gap there)."""
-    def fun(w):
-        gw = (g @ w.unsqueeze(-1)).squeeze(-1)
-        norm = torch.sqrt((w * gw).sum(-1, keepdim=True).clamp(min=0.0) + EPS)
-        return (w * b).sum(-1) + (r * norm).squeeze(-1), b + r * gw / norm
-
-    # Not from the active-set start: where FISTA stops at max_iter, a start that depends on the
-    # support found would make the answer jump with rounding (d(aJ) ≠ a·d(J), ill-conditioned G).
-    w0 = torch.full_like(b, 1.0 / b.shape[-1]) if init is None else init.to(g)
-    step0 = 1.0 / (torch.diagonal(g, dim1=-2, dim2=-1).sum(-1) * (1.0 + c) + EPS)
-    w, converged = minimize_on_simplex(fun, w0, step0, max_iter=max_iter, tol=tol, return_converged=True)
-    # The exact solve on the support FISTA found; kept only where it is feasible and better.
-    support = (w > 1e-6 * w.amax(-1, keepdim=True)).to(g.dtype)
-    w_s, feasible = _support_candidates(g, b, r, support.unsqueeze(-2))
-    w_s = w_s.squeeze(-2)
-    better = feasible.squeeze(-1) & (dual_objective(g, b, r.squeeze(-1), w_s) <= dual_objective(g, b, r.squeeze(-1), w))
-    w = torch.where(better.unsqueeze(-1), w_s, w)
-    if c >= 1.0:  # at a Pareto-stationary point the optimum is the min-norm point (value 0),
-        # where ‖g_w‖ → 0 makes the objective too curved for FISTA: offer it directly
+    """``(w, converged)``: active-set steps from ``init``, or from the stationary point of the rows
+    left once the negative weights are dropped; for c ≥ 1 from the min-norm point where that is
+    better (the optimum at a Pareto-stationary point, where ‖g_w‖ → 0)."""
+    w = _dropped_negatives_start(g, b, r, rounds=b.shape[-1]) if init is None else init.to(g)
+    if c >= 1.0:
         w_mn = min_norm_solve(g)[0]
-        better = _unsmoothed(g, b, r, w_mn) < _unsmoothed(g, b, r, w)  # (EPS ~ ‖g_w‖² there)
-        w = torch.where(better.unsqueeze(-1), w_mn, w)
-    w_as, done_as = _active_set_steps(g, b, r, w, tol, rounds=b.shape[-1] + 10)  # end on the exact optimum
-    w, converged = torch.where(done_as.unsqueeze(-1), w_as, w), converged | done_as
-    return w, converged | (fw_gap(w, fun(w)[1]) <= tol)
+        w = torch.where((dual_objective(g, b, r, w_mn) < dual_objective(g, b, r, w)).unsqueeze(-1), w_mn, w)
+    return _active_set_steps(g, b, r, w, tol, rounds=max_iter)
 
 
-def _quad(g, w) -> torch.Tensor:
-    """‖g_w‖² = wᵀGw [...], clamped at 0."""
-    return (w * (g @ w.unsqueeze(-1)).squeeze(-1)).sum(-1).clamp(min=0.0)
+def _dropped_negatives_start(g, b, r, rounds: int) -> torch.Tensor:
+    """The stationary point on all K rows, then on the rows left after dropping every negative
+    weight, until none is negative (uniform weights where no support is left feasible)."""
+    support = torch.ones(b.shape, dtype=g.dtype, device=g.device)
+    for _ in range(rounds):
+        negative = (support > 0) & (_stationary_on(g, b, r, support.unsqueeze(-2))[0].squeeze(-2) < 0)
+        support = torch.where(negative, torch.zeros_like(support), support)
+        if reads_are_free(g) and not bool(negative.any()):
+            break
+    w, feasible = _support_candidates(g, b, r, support.unsqueeze(-2))
+    return torch.where(feasible, w.squeeze(-2), torch.full_like(b, 1.0 / b.shape[-1]))
 
 
-def _unsmoothed(g, b, r, w) -> torch.Tensor:
-    """The dual objective w·b + r‖g_w‖ [...] without :func:`dual_objective`'s EPS smoothing."""
-    return (w * b).sum(-1) + r.squeeze(-1) * _quad(g, w).sqrt()
+def dual_objective(g, b, r, w) -> torch.Tensor:
+    """g_w·g0 + r‖g_w‖ = w·b + r sqrt(wᵀGw) for weights ``w`` [..., K] (extra dims broadcast)."""
+    return (w * b).sum(-1) + r.squeeze(-1) * quad(g, w).clamp(min=0.0).sqrt()
 
 
 def _certified(g, b, r, w, out, ridge, tol) -> torch.Tensor:
@@ -155,39 +112,21 @@ def _certified(g, b, r, w, out, ridge, tol) -> torch.Tensor:
     r‖g_w‖ to r(‖g_w‖ − sqrt(‖g_w‖² − 2δ…)): up to r sqrt(δ)‖w‖ where g_w is rounding noise,
     as at a Pareto-stationary point with c ≥ 1 (optimum 0, where the gradient gap cannot
     certify anything: ‖g_w‖ → 0 makes it blow up)."""
-    quad = _quad(g, w).unsqueeze(-1)
+    sq = quad(g, w).clamp(min=0.0).unsqueeze(-1)
     spread = 2 * ridge.squeeze(-1) * (w.square() * torch.diagonal(g, dim1=-2, dim2=-1)).sum(-1, keepdim=True)
-    unknown = r * (quad.sqrt() - (quad - spread).clamp(min=0.0).sqrt())
-    dual = _unsmoothed(g, b, r, w).unsqueeze(-1)
+    unknown = r * (sq.sqrt() - (sq - spread).clamp(min=0.0).sqrt())
+    dual = dual_objective(g, b, r, w).unsqueeze(-1)
     primal = (g @ out.unsqueeze(-1)).squeeze(-1).amin(-1, keepdim=True)
     return (dual - primal <= tol.unsqueeze(-1) + unknown).squeeze(-1)
 
 
 def _exact_gradient(g, b, r, w) -> torch.Tensor:
-    """∇ of g_w·g0 + r‖g_w‖ without the EPS smoothing (which moves the gradient by ~EPS/‖g_w‖²,
-    5e-11 at ‖g_w‖² = 0.01: enough to fail a 1e-10 gap at an exact stationary point); where
-    ‖g_w‖ = 0 it is not differentiable and the gradient is made +inf (the gap check fails)."""
+    """∇ of g_w·g0 + r‖g_w‖; where ‖g_w‖ = 0 it is not differentiable and the gradient is made
+    +inf (the gap check fails)."""
     gw = (g @ w.unsqueeze(-1)).squeeze(-1)
     sq = (w * gw).sum(-1, keepdim=True)
     norm = torch.where(sq > 0, sq, torch.ones_like(sq)).sqrt()
     return torch.where(sq > 0, b + r * gw / norm, torch.full_like(gw, float("inf")))
-
-
-def _dropped_negatives_start(g, b, r, rounds: int) -> torch.Tensor:
-    """The dual's stationary point on all K rows, then on the rows left after dropping every
-    negative weight, until none is negative (≤ ``rounds``, K at most needed, usually 1-2; all
-    of them off the CPU, where a round without negatives changes nothing): a feasible point
-    that is optimal whenever its Frank–Wolfe gap is ~0 (checked by the caller)."""
-    support = torch.ones(b.shape, dtype=g.dtype, device=g.device)
-    for _ in range(rounds):
-        w_raw = _stationary_on(g, b, r, support.unsqueeze(-2))[0]
-        negative = (support > 0) & (w_raw.squeeze(-2) < 0)
-        support = torch.where(negative, torch.zeros_like(support), support)
-        if reads_are_free(g) and not bool(negative.any()):  # elsewhere all rounds run
-            break
-    w, feasible = _support_candidates(g, b, r, support.unsqueeze(-2))
-    uniform = torch.full_like(b, 1.0 / b.shape[-1])
-    return torch.where(feasible, w.squeeze(-2), uniform)
 
 
 def _active_set_steps(g, b, r, w, tol, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -197,9 +136,9 @@ def _active_set_steps(g, b, r, w, tol, rounds: int) -> tuple[torch.Tensor, torch
     As Wolfe's steps for the min-norm point (:func:`morl.solvers.min_norm.wolfe_steps`), one
     :func:`_active_set_round` at a time. Unlike the min-norm problem, the dual can be unbounded
     below on a support's affine hull (|g0·g_u| > r‖g_u‖ along some u with Σu = 0, possible for
-    c < 1); its "stationary point" then makes the row that just entered negative (a minor step
-    of length 0), or does not exist (1ᵀv ≤ 0). Such an entry stops undone, for the caller's
-    fallback; so does one whose optimum has g_w = 0 (no gradient there to certify it).
+    c < 1); there a ray step follows the unbounded direction (:func:`_active_set_round`). An
+    entry whose optimum has g_w = 0 stops undone (no gradient there to certify it); the duality
+    gap of the caller's answer may certify it instead (:func:`_certified`).
     """
     support = w > 0
     done = torch.zeros(w.shape[:-1], dtype=torch.bool, device=w.device)
@@ -272,8 +211,7 @@ def _stationary_on(g, b, r, m) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     v = nu.unsqueeze(-1) * g_inv_1 - g_inv_b  # r·v, the positive factor cancels in w
     total = v.sum(-1, keepdim=True)
     # One Newton step on vᵀGv = r² (derivative 2·1ᵀv): the root above loses digits to the
-    # cancellation in B² − A(C − r²); the quadratic form of v itself does not (1e-10 → 1e-15
-    # stationarity error measured at K = 10).
+    # cancellation in B² − A(C − r²); the quadratic form of v itself does not.
     quad_v = (v * (v.unsqueeze(-2) @ g.unsqueeze(-3)).squeeze(-2)).sum(-1, keepdim=True)
     safe = torch.where(total > 0, total, torch.ones_like(total))
     v = v - ((quad_v - r.unsqueeze(-1).square()) / (2 * safe) * (total > 0)) * g_inv_1
@@ -299,23 +237,11 @@ def _support_candidates(g, b, r, m) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(single, m.expand_as(w), w), feasible | single.squeeze(-1)
 
 
-def cagrad_dual_exact(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The dual of :func:`cagrad_dual_weights` solved exactly by enumerating supports (small K).
-
-    Every support's stationary point (:func:`_support_candidates`) is scored; the objective is
-    convex, so the optimum is the feasible (w ≥ 0) candidate of least objective; every
-    singleton support is feasible, so one always exists. Returns ``(weights, w*)``.
-    """
-    g, b, r, ridge = _dual_terms(gram, c)
-    w_star = _enumerated_optimum(g, b, r)
-    return primal_weights(g, r, w_star, c, ridge, gram.dtype), w_star
-
-
 def _enumerated_optimum(g, b, r) -> torch.Tensor:
     """w* of the dual on ``(g, b, r)`` from :func:`_dual_terms`, by scoring every support."""
     k = g.shape[-1]
     w, feasible = _support_candidates(g, b, r, support_masks(k, g.device))
-    obj = dual_objective(g.unsqueeze(-3), b.unsqueeze(-2), r, w)
+    obj = dual_objective(g.unsqueeze(-3), b.unsqueeze(-2), r.unsqueeze(-1), w)
     obj = torch.where(feasible, obj, torch.full_like(obj, float("inf")))
     best = obj.argmin(-1, keepdim=True)
     return torch.gather(w, -2, best.unsqueeze(-1).expand(*best.shape, k)).squeeze(-2)
@@ -339,7 +265,7 @@ def primal_weights(g, r, w, c: float, ridge: torch.Tensor, dtype: torch.dtype) -
     norms = torch.diagonal(g, dim1=-2, dim2=-1).div(1.0 + ridge.squeeze(-1)).sqrt()
     entry = (ridge.squeeze(-1) / k).clamp_min(torch.finfo(dtype).eps)
     unsure = entry * (norms * w.abs()).sum(-1, keepdim=True).square()
-    gw_norm = (_quad(g, w).unsqueeze(-1) + unsure).sqrt()
+    gw_norm = (quad(g, w).clamp(min=0.0).unsqueeze(-1) + unsure).sqrt()
     # r² = c²·1ᵀG1/K² is known to ±c²e(Σ_k‖g_k‖/K)²: lost to cancellation when g0 is small
     r_low = (r.square() - c**2 * entry * norms.mean(-1, keepdim=True).square()).clamp(min=0.0).sqrt()
     dual = 1.0 / k + r_low / torch.where(gw_norm > 0, gw_norm, torch.ones_like(gw_norm)) * w  # 0: w on zero rows only
@@ -357,12 +283,10 @@ class CAGrad(WarmStartSolver, GramianAggregator):
     """Conflict-averse gradient.
 
     Options: ``c`` (0.5; 0 gives the mean; MT10 uses 0.9), ``rescale`` ∈ {0, 1, 2} (1 as in the
-    reference code: divide by 1 + c²; TorchJD uses 0). K ≤ 10: the dual is solved exactly
-    (support enumeration, or active-set steps checked by their Frank–Wolfe gap). K > 10:
-    ``max_iter`` (100) / ``tol`` (1e-10) of the iterative dual solver, ``warm_start`` (False):
-    start each solve from the previous dual solution (same K), which cuts iterations when
-    gradients change slowly between steps (it also makes K ≤ 6 iterate, as MGDA does); the
-    previous solution is then state (``w_prev``). Weights are
+    reference code: divide by 1 + c²; TorchJD uses 0). K ≤ 10: the dual is solved exactly by
+    support enumeration. K > 10: ``max_iter`` (100) active-set rounds / ``tol`` (1e-10, the
+    Frank–Wolfe gap relative to the dual's scale), ``warm_start`` (False): start each solve from the previous dual solution (same K),
+    which is then state (``w_prev``). Weights are
     invariant to a global gradient scale. A solve that stops at ``max_iter`` without reaching
     ``tol`` increments ``not_converged`` (a device counter).
     """
@@ -379,14 +303,8 @@ class CAGrad(WarmStartSolver, GramianAggregator):
         self._init_solver("CAGrad", max_iter, tol, warm_start)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        # the weights are homogeneous of degree 0 in G: normalise before solving
-        gram = gram / gram_scale(gram)
-        init = self._start(gram.shape[-1])
-        if gram.shape[-1] <= ENUMERATE_MAX_K and init is None:  # as MGDA: enumerate unless warm-started
-            w, w_dual = cagrad_dual_exact(gram, self.c)
-        else:
-            w, w_dual, converged = cagrad_dual_solve(gram, self.c, self.max_iter, self.tol, init=init)
-            self._count_not_converged(converged)
+        w, w_dual, converged = cagrad_dual_solve(gram, self.c, self.max_iter, self.tol, init=self._start(gram.shape[-1]))
+        self._count_not_converged(converged)
         self._remember(w_dual)
         divisor = (1.0, 1.0 + self.c**2, 1.0 + self.c)[self.rescale]
         return (w / divisor).to(gram.dtype)

@@ -15,8 +15,7 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._checks import check_number
-from morl.aggregators.base import Aggregator, GramianAggregator, _rows_finite_given
-from morl.solvers.gramian import gramian_and_top
+from morl.aggregators.base import Aggregator
 
 
 class CRMOGM(Aggregator):
@@ -41,25 +40,9 @@ class CRMOGM(Aggregator):
         self.register_buffer("lam", None)
         self.register_buffer("calls", None)
 
-    def _input_finite_rows(self, grads: torch.Tensor) -> torch.Tensor | bool:
-        if not isinstance(self.base, GramianAggregator):
-            return super()._input_finite_rows(grads)
-        # As GramianAggregator's check: read diag G, and hand G to the base (one pass over [K, D])
-        gram, top = gramian_and_top(grads)
-        self.base.__dict__["_gram_of"] = (grads, gram, top)
-        return _rows_finite_given(gram, top)
-
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        top = None
-        if isinstance(self.base, GramianAggregator):
-            # The base's weights from the Gramian the input check formed (or one formed now),
-            # without its own input check and its discarded wᵀJ: one pass over [K, D] for G and
-            # one for λᵀJ below. The base's state advances as in a call of it.
-            lam_hat, top = self.base._gram_weights(grads)
-            self.base._buffers["weights"] = lam_hat
-        else:
-            self.base(grads, losses)
-            lam_hat = self.base.weights.to(grads.dtype)
+        self.base(grads, losses)  # the base's state advances as in a call of it
+        lam_hat = self.base.weights.to(grads.dtype)
         k = grads.shape[0]
         if self.lam is None:
             lam, calls = lam_hat, torch.ones((), dtype=torch.int64, device=grads.device)
@@ -72,7 +55,7 @@ class CRMOGM(Aggregator):
             calls = self.calls + 1
         self.lam, self.calls = lam.detach(), calls  # d keeps the graph; the state must not
         self.weights = lam
-        return self._weighted(lam, grads, top)
+        return lam @ grads
 
     def __repr__(self) -> str:
         return f"CRMOGM(alpha={self.alpha:g}, base={self.base!r})"

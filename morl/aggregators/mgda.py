@@ -3,7 +3,7 @@
     λ* = argmin_{λ∈Δ_K} ‖Σ_k λ_k g_k‖²,   d = Σ_k λ*_k g_k.
 
 −d decreases every objective unless the point is Pareto stationary (then d = 0), and
-g_k·d ≥ ‖d‖² for every k (Lemma 6 of the MoCo paper).
+g_k·d ≥ ‖d‖² for every k (Lemma 6 of the MoCo paper, arXiv 2210.12624).
 """
 
 from __future__ import annotations
@@ -11,21 +11,18 @@ from __future__ import annotations
 import torch
 
 from morl.aggregators._warm_start import WarmStartSolver
-from morl.aggregators._host import gramian_rows, weights_tensor
 from morl.aggregators.base import GramianAggregator
-from morl.solvers.min_norm import min_norm_2_host, min_norm_2_unguarded, min_norm_solve
+from morl.solvers.min_norm import min_norm_solve
 
 
 class MGDA(WarmStartSolver, GramianAggregator):
-    """Min-norm multiple-gradient descent, solved on the K×K Gramian.
+    """Min-norm multiple-gradient descent, solved on the K×K Gramian (:mod:`morl.solvers.min_norm`:
+    closed form at K = 2, Wolfe's exact active-set method above).
 
-    Options: ``tol`` (1e-8: no row may violate the KKT condition g_k·d ≥ ‖d‖² by more than
-    tol·‖g_k‖‖d‖) stops Wolfe's active-set steps, used for K > 6 from the affine minimiser on
-    all rows with the negative weights dropped; ``max_iter`` (100) bounds the FISTA steps that
-    find the start when warm starting. K = 2 is closed form, 2 < K ≤ 6 exact support
-    enumeration, K = 1 returns the gradient. Unconverged solves count in ``not_converged``.
-    ``warm_start`` (False) starts each K > 2 solve iteratively from the previous weights
-    (same K); they are then state (``w_prev``). The weights do not depend on a global scale of
+    Options: ``tol`` (1e-8: no row may violate the optimality condition g_k·d ≥ ‖d‖² by more
+    than tol·‖g_k‖‖d‖); ``max_iter`` (100) bounds Wolfe's rounds, and solves stopped by it count
+    in ``not_converged``; ``warm_start`` (False) starts each solve from the previous weights
+    (same K), which are then state (``w_prev``). The weights do not depend on a global scale of
     the gradients and the direction scales with it linearly.
     """
 
@@ -34,17 +31,8 @@ class MGDA(WarmStartSolver, GramianAggregator):
         self._init_solver(type(self).__name__, max_iter, tol, warm_start)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        if gram.shape[-1] == 2:  # the closed form, without min_norm_solve's bookkeeping
-            rows = gramian_rows(gram)
-            if rows is not None:  # one small CPU Gramian: in Python floats (morl.aggregators._host)
-                w = weights_tensor(min_norm_2_host(rows), gram)
-            else:
-                w = min_norm_2_unguarded(gram.to(torch.float64)).to(gram.dtype)
-            self._remember(w)
-            return w
         w, converged = min_norm_solve(gram, max_iter=self.max_iter, tol=self.tol, init=self._start(gram.shape[-1]), eps_2=0.0)
-        if gram.shape[-1] > 2:
-            self._count_not_converged(converged)
+        self._count_not_converged(converged)
         self._remember(w)
         return w
 

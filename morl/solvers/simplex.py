@@ -1,4 +1,4 @@
-"""Maps from R^K onto the probability simplex Δ_K = {λ ≥ 0, Σλ = 1}, batched over leading dims."""
+"""Maps from R^K onto the probability simplex Δ_K = {λ ≥ 0, Σλ = 1} and its optimality gap, batched over leading dims."""
 
 from __future__ import annotations
 
@@ -30,3 +30,9 @@ def softmax_map(v: torch.Tensor) -> torch.Tensor:
     Not a projection: a point already in the simplex is pulled toward uniform.
     """
     return torch.softmax(v, dim=-1)
+
+
+def fw_gap(x: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    """Frank–Wolfe duality gap xᵀg − min_i g_i of a convex objective with gradient ``grad`` at
+    ``x`` on the simplex (≥ 0; 0 iff x is optimal)."""
+    return (x * grad).sum(-1) - grad.amin(-1)

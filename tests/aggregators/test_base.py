@@ -1,16 +1,131 @@
-"""The input checks and the ``check_finite`` policies of ``Aggregator.forward``
-(morl/aggregators/base.py) in the cases the contract suite does not reach: a non-finite loss with finite gradients, a non-finite
-direction from finite gradients (float32 overflow), the first clean call on the CPU fast path,
-nested state (a stateful base inside MoCo), and the counters, which a skipped call never rolls
-back. References are hand values or the same calls under ``check_finite="off"``; no seed."""
+"""The Aggregator contract (morl/aggregators/base.py), for EVERY registered method (rows of
+tests/aggregator_cases.py): an nn.Module with its state in buffers, forward hooks, one input
+check and one non-finite policy ("raise" names the objective, "skip" zeroes the step, keeps
+the state and counts the call). No host read on ``meta`` tensors: test_update_no_sync.py. References are hand values,
+the same calls under ``check_finite="off"``, or the state before the call."""
+
+from __future__ import annotations
 
 import pytest
 import torch
 
-from morl.aggregators import build
+from aggregator_cases import CASES, all_configs
+from jacobians import controlled
+from morl.aggregators import Aggregator, available, build
 
+CONFIGS = all_configs()
+IDS = [f"{n}{'-' + '-'.join(f'{k}={v}' for k, v in o.items()) if o else ''}" for n, o, _ in CONFIGS]
 FINITE = torch.tensor([[1.0, 0.5, 0.0], [0.0, 2.0, 1.0]], dtype=torch.float64)
 
+
+def _call(agg, j, gen=None):
+    losses = None
+    if agg.needs_losses or not agg.needs_grads:
+        g = gen or torch.Generator().manual_seed(1)
+        losses = (torch.rand(j.shape[0], generator=g, dtype=torch.float64) + 0.5).to(j.dtype)
+    return agg(j, losses)
+
+
+def test_every_registered_method_has_a_row():
+    assert sorted(CASES) == available()
+
+
+# -- part 1: the module contract ------------------------------------------------------------------
+@pytest.mark.parametrize("name, options, case", CONFIGS, ids=IDS)
+def test_is_a_module_with_state_in_buffers(name, options, case, gen):
+    agg = build(name, **options)
+    assert isinstance(agg, torch.nn.Module) and isinstance(agg, Aggregator)
+    mats = [controlled(gen, 4, 9, 4) for _ in range(6)]
+    for j in mats[:3]:
+        _call(agg, j)
+    state = agg.state_dict()
+    expected = [_call(agg, j) for j in mats[3:]]
+    fresh = build(name, **options)
+    fresh.load_state_dict(state)
+    for j, e in zip(mats[3:], expected):
+        assert torch.equal(_call(fresh, j), e)
+    if case.stateful:
+        assert any(v is not None for _, v in agg.named_buffers()), "a stateful method keeps its state in buffers"
+
+
+@pytest.mark.parametrize("name, counted", [
+    ("excess_mtl", {"calls": 3}), ("nash_mtl", {"step": 3}), ("epo_al", {"steps": 3}), ("moco", {"k": 3}),
+    ("dwa", {"calls": 0, "periods": 3}),  # every=1: each call closes its period
+])
+def test_call_counters_keep_their_checkpoint_keys(name, counted, gen):
+    # the counters' extra-state keys are what checkpoints hold (morl/aggregators/_counters.py):
+    # they count the calls, survive a load and go back to 0 on reset()
+    agg = build(name)
+    for _ in range(3):
+        _call(agg, controlled(gen, 3, 7, 3))
+    assert agg.state_dict()["_extra_state"] == counted
+    fresh = build(name)
+    fresh.load_state_dict(agg.state_dict())
+    assert fresh.get_extra_state() == counted
+    agg.reset()
+    assert agg.get_extra_state() == dict.fromkeys(counted, 0)
+
+
+@pytest.mark.parametrize("name, options, case", CONFIGS, ids=IDS)
+def test_forward_hooks_see_every_call(name, options, case, gen):
+    agg = build(name, **options)
+    seen = []
+    handle = agg.register_forward_hook(lambda module, args, out: seen.append(out))
+    j = controlled(gen, 3, 7, 3)
+    out = _call(agg, j)
+    handle.remove()
+    assert len(seen) == 1 and seen[0] is out
+    assert agg.weights is not None and agg.weights.shape == (3,)
+
+
+@pytest.mark.parametrize("name, options, case", CONFIGS, ids=IDS)
+def test_skip_policy_zeroes_the_step_and_keeps_the_state(name, options, case, gen):
+    """check_finite="skip": a non-finite call returns 0, counts itself, and leaves every buffer
+    (tracked gradients, multipliers, warm starts) as it was; plain-Python state (call counters
+    of schedules, random generators) advances as for any call."""
+    agg = build(name, check_finite="skip", **options)
+    mats = [controlled(gen, 4, 9, 4) for _ in range(2)]
+    for first in (True, False):  # before any state exists, and with state
+        if not first:
+            _call(agg, mats[0])
+        before = {k: v.clone() for k, v in agg.state_dict().items() if isinstance(v, torch.Tensor)}
+        bad = mats[1].clone()
+        bad[2, 3] = float("nan")
+        out = _call(agg, bad)
+        assert torch.equal(out, torch.zeros_like(out))
+        after = {k: v for k, v in agg.state_dict().items() if isinstance(v, torch.Tensor) and k.split(".")[-1] not in Aggregator._COUNTERS}
+        for key, value in after.items():
+            if key in before:
+                assert torch.equal(value, before[key]), key
+            else:  # created by the skipped call: holds the method's starting value, finite
+                assert torch.isfinite(value.double()).all(), key
+    assert int(agg.stats["nonfinite_steps"]) == 2
+    assert torch.isfinite(_call(agg, mats[0])).all()
+
+
+@pytest.mark.parametrize("name, options, case", CONFIGS, ids=IDS)
+def test_nan_raises_naming_the_objective(name, options, case):
+    j = torch.ones(3, 4)
+    j[1, 2] = float("nan")
+    with pytest.raises(ValueError, match="objective 1"):
+        _call(build(name, **options), j)
+
+
+class _BrokenMethod(Aggregator):
+    """Returns NaN from finite input: what an overflowing solver would do."""
+
+    def aggregate(self, grads, losses):
+        return grads[0] * float("nan")
+
+
+def test_non_finite_output_follows_the_policy():
+    j = torch.ones(2, 3)
+    with pytest.raises(ValueError, match="non-finite direction"):
+        _BrokenMethod()(j)
+    agg = _BrokenMethod(check_finite="skip")
+    assert torch.equal(agg(j), torch.zeros(3)) and torch.equal(agg(j), torch.zeros(3))
+    assert agg.stats["nonfinite_steps"].item() == 2 and agg.stats["nonfinite_steps"].dtype == torch.int64
+    assert torch.isnan(_BrokenMethod(check_finite="off")(j)).all()
 
 def test_a_non_finite_loss_zeroes_the_step_and_the_weights():
     """Mean ignores the losses, so its direction stays finite: only the loss check can skip it."""
@@ -24,8 +139,8 @@ def test_a_non_finite_loss_zeroes_the_step_and_the_weights():
 @pytest.mark.parametrize("columns", [2, 1])
 @pytest.mark.parametrize("name", ["mean", "cagrad"])
 def test_an_overflowing_direction_from_finite_rows_is_zeroed(name, columns):
-    """float32 rows of 3e38: each is finite, their sum is not (max float32 is 3.4e38). CAGrad is a
-    Gramian method (its input check passes on the host), Mean is not (a device flag)."""
+    """float32 rows of 3e38: each is finite, their sum is not (max float32 is 3.4e38), nor is
+    CAGrad's Gramian."""
     rows = torch.tensor([[3e38, 1.0], [3e38, 1.0]], dtype=torch.float32)[:, :columns]
     assert not torch.isfinite(build(name, check_finite="off")(rows)).all()  # the case is real
     agg = build(name, check_finite="skip")
@@ -33,8 +148,8 @@ def test_an_overflowing_direction_from_finite_rows_is_zeroed(name, columns):
     assert agg.stats["nonfinite_steps"].item() == 1
 
 
-def test_a_clean_call_on_the_host_path_starts_the_counter_at_zero():
-    """MGDA on a CPU Gramian: both checks pass on the host; the counter still exists, an int64 0-d 0."""
+def test_a_clean_skip_call_starts_the_counter_at_zero():
+    """A finite call under "skip" returns what "off" returns; the counter exists, an int64 0-d 0."""
     agg = build("mgda", check_finite="skip")
     out = agg(FINITE)
     torch.testing.assert_close(out, build("mgda", check_finite="off")(FINITE), rtol=0, atol=0)
@@ -76,16 +191,6 @@ def test_a_skipped_call_keeps_the_not_converged_count():
     assert skip.stats["not_converged"].item() == off.stats["not_converged"].item()
 
 
-@pytest.mark.parametrize("mode", ["raise", "skip"])
-def test_no_columns_give_an_empty_direction(mode):
-    """D = 0 (a model with no shared parameters): nothing to check, an empty direction, no error."""
-    agg = build("mean", check_finite=mode)
-    out = agg(torch.zeros(3, 0, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
-    assert out.shape == (0,)
-    if mode == "skip":
-        assert agg.stats["nonfinite_steps"].item() == 0
-
-
 def test_a_non_finite_one_column_row_is_named():
     """D = 1: objective 1's gradient is named, not a non-finite direction (Mean checks only its
     direction and traces a non-finite one back to its row)."""
@@ -100,21 +205,6 @@ def test_raise_mode_names_a_non_finite_loss(name):
     losses = torch.tensor([0.5, float("nan")], dtype=torch.float64)
     with pytest.raises(ValueError, match=r"objective 1 has a non-finite \(NaN/inf\) loss"):
         build(name)(FINITE, losses)
-
-
-def test_not_converged_adds_up_the_unconverged_solves():
-    """MGDA at K = 8: the cold solve and a warm start at its own optimum converge (0); one FISTA
-    step from there on a NaN Gramian cannot reach the tolerance (1); a K = 3 call is solved
-    exactly by enumeration and adds nothing: the count stays 1."""
-    base = torch.randn(8, 20, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    bad = base.clone()
-    bad[0, 0] = float("nan")
-    agg = build("mgda", warm_start=True, max_iter=1, check_finite="off")
-    counts = []
-    for j in (base, base, bad, base[:3]):
-        agg(j)
-        counts.append(agg.stats["not_converged"].item())
-    assert counts == [0, 0, 1, 1]
 
 
 def test_a_skipped_first_call_leaves_the_uniform_warm_start():
@@ -133,12 +223,6 @@ def test_a_warm_start_is_dropped_when_k_changes():
     agg = build("mgda", warm_start=True)
     agg(j8)
     torch.testing.assert_close(agg(j8[:7]), build("mgda")(j8[:7]), rtol=0, atol=1e-12)
-
-
-@pytest.mark.parametrize("max_iter", [0, 2.5, True])
-def test_max_iter_must_be_a_positive_int(max_iter):
-    with pytest.raises(ValueError, match="max_iter"):
-        build("mgda", max_iter=max_iter)
 
 
 def test_raise_mode_refuses_an_overflowing_direction():
@@ -171,48 +255,23 @@ def test_losses_of_another_dtype_are_cast_to_the_gradients():
     assert torch.equal(agg.y, torch.tensor([[0.5, 1.0], [6.0, -2.0]]))
 
 
-def _non_gramian_methods() -> list[str]:
-    from morl.aggregators import available
-    from morl.aggregators.base import GramianAggregator
-
-    return [n for n in available() if build(n).needs_grads and not isinstance(build(n), GramianAggregator)]
-
-
-@pytest.mark.parametrize("name", _non_gramian_methods())
-def test_every_non_gramian_method_names_the_row_with_a_nan_or_inf(name):
-    """Methods without a Gramian check the whole matrix in one min/max pass (Mean: its direction
-    only) and name the row only after that fails: NaN, +inf and -inf in any column of row 2,
-    and +inf / -inf in one column of rows 1 and 3 (Mean's column sum is then NaN, the first named)."""
+@pytest.mark.parametrize("name", available())
+def test_every_method_names_the_row_with_a_nan_or_inf(name):
+    """NaN, +inf and -inf in any column of row 2 name objective 2; +inf and -inf in one column of
+    rows 1 and 3 name objective 1 (the first)."""
     gen = torch.Generator().manual_seed(1)
     losses = torch.tensor([0.4, 0.9, 1.3, 0.7], dtype=torch.float64)
     agg = build(name)
-    needs = agg.needs_losses
     for bad_value in (float("nan"), float("inf"), -float("inf")):
-        for column in (0, 3, 6):
+        for column in (0, 6):
             grads = torch.randn(4, 7, generator=gen, dtype=torch.float64)
             grads[2, column] = bad_value
             with pytest.raises(ValueError, match=r"objective 2 has a non-finite \(NaN/inf\) gradient"):
-                agg(grads, losses) if needs else agg(grads)
+                agg(grads, losses)
     grads = torch.randn(4, 7, generator=gen, dtype=torch.float64)
     grads[1, 4], grads[3, 4] = float("inf"), -float("inf")
     with pytest.raises(ValueError, match=r"objective 1 has a non-finite \(NaN/inf\) gradient"):
-        agg(grads, losses) if needs else agg(grads)
-
-
-@pytest.mark.parametrize("reduction", ["mean", "sum"])
-def test_mean_makes_no_pass_over_the_input_to_check_it(reduction, monkeypatch):
-    """Mean's check reads only the [D] direction (a NaN/inf input entry makes its column's sum
-    NaN/inf), under both policies; an overflow of finite rows is still reported as such."""
-    import morl.aggregators.base as base
-
-    seen = []
-    real = base._all_finite
-    monkeypatch.setattr(base, "_all_finite", lambda x: seen.append(x.dim()) or real(x))
-    monkeypatch.setattr(base, "_finite_rows", lambda g: pytest.fail("a per-row pass over finite rows"))
-    for mode in ("raise", "skip"):
-        out = build("mean", reduction=reduction, check_finite=mode)(FINITE)
-        torch.testing.assert_close(out, FINITE.mean(0) if reduction == "mean" else FINITE.sum(0), rtol=0, atol=0)
-    assert seen == [1, 1]
+        agg(grads, losses)
 
 
 def test_an_overflow_of_finite_rows_is_not_blamed_on_a_row():
@@ -223,30 +282,17 @@ def test_an_overflow_of_finite_rows_is_not_blamed_on_a_row():
         build("mean", reduction="sum")(rows)
 
 
-def test_tracing_finite_input_raises_nothing():
-    """The tracer after a failed whole-matrix test: finite rows and losses name nothing (an
-    overflowed Gramian off the CPU lets the method run; the output check then decides)."""
-    from morl.aggregators.base import _raise_nonfinite_input
 
-    assert _raise_nonfinite_input(FINITE, torch.ones(2, dtype=torch.float64)) is None
-    assert _raise_nonfinite_input(FINITE, None) is None
-    with pytest.raises(ValueError, match=r"objective 0 has a non-finite \(NaN/inf\) loss"):
-        _raise_nonfinite_input(FINITE, torch.tensor([float("inf"), 1.0], dtype=torch.float64))
+@pytest.mark.parametrize("mode", ["raise", "skip", "off"])
+def test_no_columns_is_one_clear_error(mode):
+    """D = 0: one ValueError from forward naming the shape, whatever the policy and method."""
+    for name in ("mean", "mgda", "cagrad"):
+        with pytest.raises(ValueError, match=r"at least one column \(D >= 1\), got shape \(3, 0\)"):
+            build(name, check_finite=mode)(torch.zeros(3, 0, dtype=torch.float64), torch.ones(3, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("name", ["mean", "epo_al", "mgda"])
-def test_finite_input_never_takes_the_per_row_pass(name, monkeypatch):
-    """With finite gradients and losses the rows are never examined one by one (that pass only
-    names the bad row once the whole-matrix, Gramian or direction test has failed)."""
-    import morl.aggregators.base as base
-
-    monkeypatch.setattr(base, "_finite_rows", lambda g: pytest.fail("a per-row pass over finite rows"))
-    build(name)(FINITE, torch.tensor([0.5, 1.5], dtype=torch.float64))
-
-
-@pytest.mark.parametrize("name", ["mean", "epo_al"])
-def test_no_columns_and_a_nan_loss_name_the_loss(name):
-    """D = 0 (nothing to reduce over the rows) with a NaN loss: the loss is named."""
-    losses = torch.tensor([1.0, float("nan"), 2.0], dtype=torch.float64)
-    with pytest.raises(ValueError, match=r"objective 1 has a non-finite \(NaN/inf\) loss"):
-        build(name)(torch.zeros(3, 0, dtype=torch.float64), losses)
+def test_learner_flags_have_their_defaults():
+    """needs_grads / needs_losses / needs_losses_after_step: what learners read instead of types."""
+    mgda, mean = build("mgda"), build("mean")
+    assert mgda.needs_grads and not mgda.needs_losses and not mgda.needs_losses_after_step
+    assert not mean.needs_grads and not mean.needs_losses and not mean.needs_losses_after_step
