@@ -1,5 +1,5 @@
 """The worked examples of docs/architecture.md (docs/examples/) do what the document says: a new
-aggregator and a new learner (the new kind of run is tests/test_shell.py's)."""
+aggregator and a new learner (the new kind of run is tests/runners/shell/test_commands.py's)."""
 
 import copy
 import sys

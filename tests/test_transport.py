@@ -16,7 +16,7 @@ def _problem(gen, n=30, m=5, scale=2.3):
     return cost, a, b
 
 
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.integration), pytest.param(2, marks=pytest.mark.integration)])
 def test_ipot_matches_exact_emd(seed):
     cost, a, b = _problem(torch.Generator().manual_seed(seed))
     res = T.solve(cost, a, b, max_iter=1000)
