@@ -1,5 +1,6 @@
-"""FORUM (Ye et al., arXiv:2401.09257): the λ subproblem, the constraint gradient, the synthetic
-problems, hyper-cleaning, the runner."""
+"""FORUM (Ye et al., arXiv:2401.09257): the λ subproblem (QP 11), the direction's properties, the
+first-order constraint gradient, the synthetic problem of Eq. 24, bilevel quadratics with known
+solutions, and its iterates against a plain transcription of Algorithm 1."""
 
 from __future__ import annotations
 
@@ -159,7 +160,8 @@ def _run_eq24(alpha0, omega0, rho, iterations):
     return pb.distance(a, w).item(), pb.q(a, w).item(), pb.kkt(a, w, diag["lam_tilde"], diag["nu"]).item(), a.item()
 
 
-@pytest.mark.parametrize("alpha0,omega0", FIG2_INITS)
+@pytest.mark.parametrize("alpha0,omega0", [FIG2_INITS[0], *(pytest.param(*start, marks=pytest.mark.integration)
+                                                              for start in FIG2_INITS[1:])])
 def test_eq24_reaches_optimal_set(alpha0, omega0):
     """μ = 0.3, η = 0.05, T = 50, ρ = 0.3, β_k = (k+1)^(−3/4), K = 300 (Ye et al., arXiv:2401.09257, App. C,
     Eq. (24), Fig. 2): ℰ, q and 𝒦 → 0.
@@ -189,6 +191,7 @@ def _run_quadratic(pb, n, p, mu, iterations, rho=0.5, T=50, eta=0.5, seed=0):
     return a.detach(), w.detach()
 
 
+@pytest.mark.integration  # long runs
 def test_single_objective_quadratic_bias_scales_with_step():
     """m = 1 (plain BLO): FORUM settles within O(μ) of α* (Lemma B.2(a)); halving μ halves the error."""
     pb = BilevelQuadratic.random(3, 4, generator=torch.Generator().manual_seed(0))
@@ -202,6 +205,7 @@ def test_single_objective_quadratic_bias_scales_with_step():
     assert 0.35 <= errors[1] / errors[0] <= 0.65, errors
 
 
+@pytest.mark.integration  # long runs
 def test_three_objective_quadratic_reaches_pareto_set():
     """F_i = ½‖ω − b_i‖², f = ½‖ω − α‖²: FORUM ends at α = ω inside conv{b_i}."""
     gen = torch.Generator().manual_seed(1)
@@ -350,8 +354,9 @@ def exercising_problem(m: int, warm_start: bool, tries: int = 200):
     raise AssertionError(f"no problem among {tries} seeds exercises every regime (m={m})")
 
 
-@pytest.mark.parametrize("warm_start", [True, False])
-@pytest.mark.parametrize("m", [2, 3])  # m = 2: FORUM's closed-form QP; m = 3: its interior-point QP
+# m = 2: FORUM's closed-form QP; m = 3: its interior-point QP. The other two pairs in the integration tier.
+@pytest.mark.parametrize("m, warm_start", [(2, True), (3, False), pytest.param(2, False, marks=pytest.mark.integration),
+                                           pytest.param(3, True, marks=pytest.mark.integration)])
 def test_forum_iterates_match_algorithm1(m, warm_start):
     pb, alpha0, omega0, ref = exercising_problem(m, warm_start)
 

@@ -31,6 +31,7 @@ def run(env, actions):
     return out
 
 
+@pytest.mark.integration  # builds MT10
 def test_mt10_observations_carry_the_task_one_hot(mt10):
     assert mt10.task_names == list(MT10_V3) and mt10.num_tasks == 10 and mt10.num_envs == 10
     obs, _ = mt10.reset()
@@ -43,6 +44,7 @@ def test_mt10_observations_carry_the_task_one_hot(mt10):
     assert mt10.max_episode_steps == 150 and not term.any() and not trunc.any()
 
 
+@pytest.mark.integration  # builds MT10
 def test_mt10_mtrl_goals_are_fixed_and_shared_with_the_eval_env(mt10):
     mt10.reset()
     goals = mt10.goal_index.copy()
@@ -54,6 +56,7 @@ def test_mt10_mtrl_goals_are_fixed_and_shared_with_the_eval_env(mt10):
     np.testing.assert_array_equal(evaluation.goal_index, goals)
 
 
+@pytest.mark.integration  # Meta-World episodes
 def test_mtrl_evaluation_episodes_repeat_exactly():
     # fixed goal, fixed initial state, deterministic physics: a deterministic policy's episodes are
     # one episode repeated, so the mtrl protocol evaluates 1 episode per task (more cost, same number)
@@ -68,6 +71,7 @@ def test_mtrl_evaluation_episodes_repeat_exactly():
     assert default_eval_episodes("mtrl") == 1
 
 
+@pytest.mark.integration  # Meta-World episodes
 def test_sub_env_matches_metaworld_built_independently():
     env = make_env("mt1:push-v3", seed=4, protocol="metaworld_v3", envs_per_task=2)
     obs, _ = env.reset()
@@ -99,6 +103,7 @@ def test_truncation_and_same_step_autoreset_with_final_obs():
     obs, *_ = env.step(a)  # and the next episode runs (Meta-World would raise past its limit)
 
 
+@pytest.mark.integration  # Meta-World episodes
 def test_scripted_policy_success_is_reported_per_step_and_per_episode():
     env = make_env("mt1:reach-v3", seed=0, protocol="metaworld_v3", max_episode_steps=60)
     policy = ENV_POLICY_MAP["reach-v3"]()
@@ -117,6 +122,7 @@ def test_scripted_policy_success_is_reported_per_step_and_per_episode():
     np.testing.assert_array_equal(res["success"], [0.0])
 
 
+@pytest.mark.integration  # Meta-World episodes
 def test_metaworld_v3_seeding():
     actions = np.random.default_rng(0).uniform(-1, 1, (12, 2, 4)).astype(np.float32)
     a, b, c = (make_env("mt1:reach-v3", seed=s, protocol="metaworld_v3", max_episode_steps=3, envs_per_task=2) for s in (1, 1, 2))
@@ -144,6 +150,7 @@ def test_metaworld_v3_evaluation_visits_every_goal_once():
     assert sorted(seen) == list(range(50))
 
 
+@pytest.mark.integration  # Meta-World episodes
 def test_state_dict_restores_goal_streams_and_starts_fresh_episodes():
     actions = np.random.default_rng(1).uniform(-1, 1, (7, 1, 4)).astype(np.float32)
     env = make_env("mt1:reach-v3", seed=3, protocol="metaworld_v3", max_episode_steps=2)
@@ -176,7 +183,7 @@ def test_bad_names_are_rejected():
         make_env("mt10", seed=0, protocol="mt_rand")
 
 
-@pytest.mark.integration
+@pytest.mark.integration  # builds MT50
 def test_mt50_builds_with_one_hot():
     env = make_env("mt50", seed=0, protocol="metaworld_v3")
     obs, _ = env.reset()
@@ -196,6 +203,7 @@ def mt10_v1():
     return make_env("mt10", seed=0, protocol="mtrl", reward_function_version="v1")
 
 
+@pytest.mark.integration  # builds MT10
 def test_v1_reward_is_meta_worlds_v1_reward_function(mt10_v1):
     env = mt10_v1
     env.reset()

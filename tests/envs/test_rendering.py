@@ -94,6 +94,7 @@ def _render_in_subprocess(path):
     return None, failures
 
 
+@pytest.mark.integration  # MuJoCo rendering in a subprocess
 def test_metaworld_frame_renders_offscreen(tmp_path):
     frames, failures = _render_in_subprocess(tmp_path / "frames.npy")
     if frames is None:

@@ -235,6 +235,7 @@ def random_discrepancy(G, shared, gen, draws=10):
     return float(torch.stack(vals).mean())
 
 
+@pytest.mark.integration  # a statistical check over six instances
 def test_combined_discrepancy_far_below_random_orders():
     # M = 3, K = 128, d = 16, correlation 0.6, 5 epochs, 6 instances; gates calibrated on numpy simulations.
     gen = torch.Generator().manual_seed(13)

@@ -91,6 +91,7 @@ def test_a_malicious_checkpoint_is_refused_and_nothing_runs(run_dir, tmp_path, c
     assert _snapshot(evil) == before
 
 
+@pytest.mark.integration  # a subprocess
 def test_a_malicious_checkpoint_runs_nothing_in_a_subprocess_either(run_dir, tmp_path):
     evil = tmp_path / "evil"
     evil.mkdir()
@@ -230,6 +231,7 @@ def test_a_full_disk_leaves_no_half_created_run_directory(tmp_path, capsys, monk
     assert not out.exists() or not any(out.iterdir())
 
 
+@pytest.mark.integration  # a subprocess
 def test_a_second_process_on_the_same_run_directory_is_refused(run_dir, tmp_path):
     import fcntl
 

@@ -103,7 +103,7 @@ def test_huge_actor_lr_stops_before_nan_actions_reach_the_env(tmp_path, capsys):
     _check_actor_lr_run(out_dir, capsys.readouterr().err)
 
 
-@pytest.mark.integration
+@pytest.mark.integration  # a subprocess
 def test_huge_actor_lr_through_the_real_command_line(tmp_path):
     # The same run as a user starts it (16 s, mostly imports): exit status 3, no traceback.
     out_dir = tmp_path / "runs"

@@ -85,6 +85,7 @@ def test_resume_rejects_overrides_that_change_the_learner(tmp_path, capsys):
     assert _final_state(run_dir)["step"] == 30
 
 
+@pytest.mark.integration  # a subprocess killed with SIGKILL
 def test_sigkill_then_morl_resume_finishes(tmp_path):
     out_dir = tmp_path / "runs"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -144,6 +145,7 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_equals_the_uninterrupted_run(tmp_
         assert_state_equal(a[key], b[key], key)
 
 
+@pytest.mark.integration  # a subprocess stopped by SIGTERM
 def test_sigterm_to_morl_train_checkpoints_and_exits_130(tmp_path):
     out_dir = tmp_path / "runs"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -81,6 +81,7 @@ def test_bad_options_name_what_is_allowed_and_write_nothing(tmp_path, kwargs, me
         render_episodes(env, circling, tasks=["reach-v3"])
 
 
+@pytest.mark.integration  # trains, then encodes videos
 def test_morl_eval_video_writes_videos_of_the_checkpoint(tmp_path, capsys):
     import json
     from pathlib import Path

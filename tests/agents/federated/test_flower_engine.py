@@ -13,6 +13,8 @@ from morl.agents.federated.simulator import Federation, InProcessEngine, LocalCo
 from morl.envs.data import federated as fl_data
 from morl.most import MosT
 
+pytestmark = pytest.mark.integration  # Flower's Simulation Runtime on Ray
+
 
 @contextmanager
 def _one_thread():
@@ -51,7 +53,6 @@ def test_flower_simulation_matches_in_process_engine():
     assert float((fed.thetas - _federation(data, model).thetas).abs().max()) > 1e-3  # it trained
 
 
-@pytest.mark.integration
 def test_flower_official_round_matches_in_process_engine():
     # Pair sampling (each node is sent only its sampled models), last-epoch losses, the cumulative
     # Γ average, the OT re-solve and the switch: the same models through Flower as in process.

@@ -1,4 +1,4 @@
-"""Federated strategies against a plain per-client loop written here (float64, no autograd, no vmap).
+"""A federated round (clients, then the server) against a plain per-client loop written here (float64, no autograd, no vmap).
 
 * client (FedAvg and FedProx, arXiv:1812.06127 eq. 2): minibatch SGD on the local objective
   ``F_k(w) + μ/2 ‖w − w_global‖²``; F_k = mean cross-entropy of multinomial logistic regression,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 
 # -- data hyper-cleaning --------------------------------------------------------------------------
+@pytest.mark.integration  # a learning check
 def test_hypercleaning_beats_plain_training_on_noisy_labels():
     from morl.agents.supervised.hypercleaning import HyperCleaner, evaluate, train_plain
     from morl.envs.data.hypercleaning import make_hypercleaning_data

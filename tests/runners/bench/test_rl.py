@@ -35,7 +35,7 @@ def test_sb3_baseline_has_the_same_network_sizes_and_batch():
     assert [m.out_features for m in linears] == [32, 32] and model.batch_size == 64
 
 
-@pytest.mark.integration
+@pytest.mark.integration  # builds MT10
 def test_morl_bench_rl_quick_on_mt10(tmp_path):
     out = tmp_path / "rl.json"
     assert morl(["bench", "rl", "--quick", "--device", "cpu", "--out", str(out)]) == 0

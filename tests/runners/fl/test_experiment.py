@@ -1,6 +1,6 @@
 """``morl fl`` on the experiment shell: a run stopped (in process, by SIGTERM, or by a crash) and
 resumed ends bitwise equal to the uninterrupted run; bad input gives one line and exit 2;
-``morl eval`` evaluates a finished run."""
+``morl eval`` evaluates a finished run; MosT beats FedAvg, the baselines learn, the official round runs."""
 
 import json
 from pathlib import Path
@@ -95,6 +95,7 @@ def test_crashed_run_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
     _assert_same_run(full, crashed, 9)  # the records of round 7 (written before the crash) are not repeated
 
 
+@pytest.mark.integration  # a subprocess stopped by SIGTERM
 def test_sigterm_checkpoints_and_morl_resume_finishes_the_run(tmp_path):
     # Long enough (80 rounds, ~2 s of CPU) that the signal arrives mid-run.
     args = [CONFIG, *TINY, "train.rounds=80", "train.eval_every=4", "train.checkpoint_every=1000"]
@@ -148,7 +149,7 @@ def test_morl_eval_on_a_finished_run(tmp_path, capsys):
     assert written["headline"] == written["test_mean"] == final["final"]["test_mean"] == final["headline"]
 
 
-@pytest.mark.integration
+@pytest.mark.integration  # Flower's Simulation Runtime on Ray
 def test_flower_engine_steps_one_round_at_a_time_and_resumes_bitwise(tmp_path):
     # Flower's loop runs in a thread parked between rounds (runners/fl/flower_rounds.py): a stop
     # after round 2 and a resume (a new Flower simulation) end where the straight run does.
@@ -212,7 +213,7 @@ def test_most_beats_fedavg_on_synthetic():
     assert min(most["model_share"]) >= 2  # every model is some clients' best: no collapse
 
 
-@pytest.mark.integration
+@pytest.mark.integration  # four learning runs
 @pytest.mark.parametrize("strategy", ["fedprox", "fedmgda", "mgda", "linearization"])
 def test_baselines_learn(strategy):
     res = run_fl(_cfg(strategy, rounds=10))["final"]

@@ -71,6 +71,7 @@ def test_a_stop_during_the_baselines_resumes_into_them(tmp_path, monkeypatch):
     assert set(final_metrics(cut)) == {"forum", "plain_noisy", "plain_noisy_plus_val1"}
 
 
+@pytest.mark.integration  # a subprocess stopped by SIGTERM
 def test_sigterm_then_morl_resume_equals_the_uninterrupted_run(tmp_path):
     argv = ["iterations=40", "eval_every=2", "checkpoint_every=100"]
     start("forum", _cfg(HYPER, *argv), run_dir=tmp_path / "full", progress=False)

@@ -1,10 +1,5 @@
-"""``morl prompt``: the mixture-of-prompts backend (soft prompts on a frozen encoder + MosT).
-
-Checks: the generated task's domain rule and the JSONL/CSV loader; the batched m-prompt forward
-against one prompt at a time; the closed-form head Gramian against autograd; the MosT step
-(marginals, non-trivial assignment, descent of the Γ-weighted loss); the dispatcher routing;
-end-to-end CLI runs on a tiny random BERT and on the packaged MiniLM; one-line errors.
-"""
+"""``morl prompt`` end to end: runs on a tiny random BERT and on the packaged MiniLM, the
+baselines, and one-line errors that write nothing."""
 
 import json
 from pathlib import Path

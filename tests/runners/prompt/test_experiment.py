@@ -113,6 +113,7 @@ def test_finished_run_says_so_and_extends_like_a_longer_run(full, tmp_path, caps
     _assert_same_run(full, run_dir, 7)
 
 
+@pytest.mark.integration  # a subprocess stopped by SIGTERM
 def test_sigterm_checkpoints_and_morl_resume_finishes_the_run(tmp_path):
     # 200 steps (a few seconds of CPU): the signal, sent after step 1's record, arrives mid-run.
     args = [CONFIG, *TINY, "steps=200", "eval_every=100", "checkpoint_every=1000"]

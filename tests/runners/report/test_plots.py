@@ -4,6 +4,7 @@ data is missing are skipped with a note, and a stale file of an earlier report i
 import json
 
 import numpy as np
+import pytest
 
 from morl.runners import cli
 from morl.runners.report.collect import Series, collect
@@ -22,6 +23,7 @@ def _assert_images(folder, names):
         assert "<svg" in svg and svg.rstrip().endswith("</svg>")
 
 
+@pytest.mark.integration  # draws all six figures twice
 def test_report_draws_every_plot_of_a_sweep(tmp_path, capsys):
     sweep, _ = write_sweep(tmp_path / "sweep", {"cagrad": 0.3, "mgda": 0.1}, seeds=[0, 1])
     assert cli.main(["report", str(sweep), "--reps", "200"]) == 0

@@ -39,6 +39,7 @@ def test_stop_in_process_then_resume_equals_the_uninterrupted_run(tmp_path):
         ("train", 1), ("train", 2), ("eval", 2), ("train", 3), ("train", 4), ("eval", 4), ("train", 5), ("train", 6), ("eval", 6)]
 
 
+@pytest.mark.integration  # a subprocess stopped by SIGTERM
 def test_sigterm_then_morl_resume_equals_the_uninterrupted_run(tmp_path):
     # batch 16: about 70 steps per epoch, so the signal lands long before epoch 12
     argv = [*TINY, "batch_size=16", "epochs=12", "checkpoint_every=100"]

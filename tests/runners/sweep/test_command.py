@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from morl.runners import cli
@@ -51,6 +52,7 @@ def real_spec(tmp_path: Path, out: str, seeds, total_steps: int, max_retries: in
     return path
 
 
+@pytest.mark.integration  # trains in subprocesses
 def test_a_real_sweep_runs_each_cell_into_its_run_directory(tmp_path, capsys):
     spec = real_spec(tmp_path, "out", [1], total_steps=30)
     folder = tmp_path / "out" / "agg"

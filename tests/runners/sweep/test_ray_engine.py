@@ -17,6 +17,8 @@ from morl.runners.sweep.manifest import sweep_dir, write_manifest
 from morl.runners.sweep.scheduler import Scheduler
 from morl.runners.sweep.spec import load_spec
 
+pytestmark = pytest.mark.integration  # Ray starts a cluster on this machine
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -76,7 +78,6 @@ def real_spec(tmp_path: Path, out: str, seeds, total_steps: int, max_retries: in
     return path
 
 
-@pytest.mark.integration
 def test_local_with_a_killed_run_and_ray_give_bitwise_equal_runs(tmp_path):
     """2 aggregators x 3 seeds: local, one run SIGKILLed half-way and resumed by the re-run;
     then the same sweep on a local Ray instance; every run's final state is bitwise the same."""
