@@ -124,6 +124,7 @@ def test_eval_and_resume_reject_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert "does not exist" in _one_error_line(capsys)
 
 
+@pytest.mark.integration  # an 800-step learning run
 def test_morl_train_learns_the_fast_env(tmp_path, capsys):
     # The quickstart recipe with the mean aggregator: 4 conflicting goals, 800 steps (200 random).
     # Seeds 0, 1, 2 all reach 100% here; a policy that ignores the task one-hot reaches at most 25%.

@@ -44,6 +44,7 @@ def test_cli_baselines_run(tmp_path, method):
     assert json.loads((run / "final_metrics.json").read_text())["method"] == method
 
 
+@pytest.mark.integration  # loads the packaged MiniLM encoder
 def test_cli_trains_with_the_packaged_minilm(tmp_path):
     rc = morl_prompt(str(CONFIGS / "prompt_most.yaml"), "steps=2", "batch_size=12", "eval_every=2",
                      "data.options={train: 36, val: 12, test: 12}", "dispatcher.steps=10", "max_length=16",

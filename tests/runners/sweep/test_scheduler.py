@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from morl.runners.sweep.cells import expand
@@ -103,6 +104,7 @@ def kill_when_checkpointed(run_dir: Path, timeout: float = 30.0, sig: int = sign
     raise AssertionError(f"{run_dir} got no checkpoint within {timeout} s")
 
 
+@pytest.mark.integration  # kills a run and resumes it
 def test_a_run_killed_mid_sweep_resumes_on_the_rerun_and_nothing_runs_twice(tmp_path):
     folder, cells, run = fake_sweep(tmp_path, grid={"aggregator.name": ["mgda", "pcgrad"]}, seeds=[1, 2, 3],
                                     overrides={"steps": 40, "sleep": 0.02}, max_retries=0)
@@ -119,6 +121,7 @@ def test_a_run_killed_mid_sweep_resumes_on_the_rerun_and_nothing_runs_twice(tmp_
     assert [(a["action"], a["exit_status"]) for a in status] == [("start", -9), ("resume", 0)]
 
 
+@pytest.mark.integration  # kills a run and resumes it
 def test_a_killed_run_is_resumed_within_the_same_sweep_when_retries_allow(tmp_path):
     folder, cells, run = fake_sweep(tmp_path, seeds=[1, 2], overrides={"steps": 40, "sleep": 0.02}, max_retries=1)
     killer = threading.Thread(target=kill_when_checkpointed, args=(folder / "s2",))
@@ -128,6 +131,7 @@ def test_a_killed_run_is_resumed_within_the_same_sweep_when_retries_allow(tmp_pa
     assert attempts(folder, "s2") == ["start", "resume"] and attempts(folder, "s1") == ["start"]
 
 
+@pytest.mark.integration  # signals to subprocesses, then resume
 def test_a_run_stopped_by_a_signal_of_its_own_is_not_retried_and_resumes_on_the_rerun(tmp_path, capsys):
     """``kill -TERM <pid of one run>``: the run checkpoints and records "interrupted"; the sweep
     finishes the other cells, does not restart that one (retries are for crashes), exits 130
@@ -145,6 +149,7 @@ def test_a_run_stopped_by_a_signal_of_its_own_is_not_retried_and_resumes_on_the_
     assert attempts(folder, "s2") == ["start", "resume"] and run_status(folder, "s2") == "finished"
 
 
+@pytest.mark.integration  # signals to subprocesses, then resume
 def test_stopping_the_sweep_checkpoints_every_run_and_the_rerun_resumes_them(tmp_path):
     folder, cells, run = fake_sweep(tmp_path, seeds=[1, 2, 3], overrides={"steps": 60, "sleep": 0.02})
 
@@ -162,6 +167,7 @@ def test_stopping_the_sweep_checkpoints_every_run_and_the_rerun_resumes_them(tmp
     assert [attempts(folder, f"s{i}") for i in (1, 2, 3)] == [["start", "resume"], ["start", "resume"], ["start"]]
 
 
+@pytest.mark.integration  # waits on a second process
 def test_a_run_still_owned_by_an_earlier_sweeps_process_is_waited_for(tmp_path):
     import fcntl
 
@@ -180,6 +186,7 @@ def test_a_run_still_owned_by_an_earlier_sweeps_process_is_waited_for(tmp_path):
     assert not (folder / "logs" / "s1.log").exists()  # never started by this sweep
 
 
+@pytest.mark.integration  # waits on a second process
 def test_a_run_owned_by_an_earlier_process_takes_a_slot(tmp_path):
     # two MT10 runs started by hand plus a sweep at --max-parallel 2 must not make four processes
     import fcntl
