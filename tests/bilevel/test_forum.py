@@ -66,6 +66,22 @@ def test_qp11_equals_grid_search_of_eq10(gen):
             assert (out.lam - best).abs().max() < 2e-3
 
 
+def test_closed_form_and_interior_point_agree_on_degenerate_inputs():
+    e = torch.eye(3, dtype=torch.float64)
+    cases = [
+        (torch.stack([e[0], e[0]]), e[1]),  # identical upper gradients
+        (torch.stack([e[0], -e[0]]), e[0]),  # opposite; ∇q̃ colinear with one of them
+        (torch.stack([e[0], 2 * e[1]]), 1e-9 * e[2]),  # tiny constraint gradient
+        (torch.stack([1e8 * e[0], 1e-8 * e[1]]), e[0] + e[1]),  # extreme scales
+    ]
+    for upper, gq in cases:
+        a, b = forum_direction(upper, gq, 0.5), forum_direction(upper, gq, 0.5, qp="ipm")
+        va, vb = float(_qp11_value(upper, gq, 0.5, a.lam)), float(_qp11_value(upper, gq, 0.5, b.lam))
+        assert torch.isfinite(a.descent).all() and torch.isfinite(b.descent).all()
+        scale = max(upper.pow(2).sum(1).max().item(), gq.pow(2).sum().item())  # the QP's units
+        assert abs(va - vb) <= 1e-9 * scale and va <= vb + 1e-12 * scale
+
+
 # -- properties of the direction ------------------------------------------------------------------
 def test_barrier_identity(gen):
     """ν > 0 ⇒ ⟨∇q̃, d⟩ = −ρ‖∇q̃‖² (Alg. 1's 2φ_k); ν = 0 ⇒ ⟨∇q̃, d⟩ ≤ −ρ‖∇q̃‖²."""

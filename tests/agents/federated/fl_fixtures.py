@@ -42,3 +42,18 @@ def run_fl(cfg) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = start("fl", cfg, run_dir=Path(tmp) / "run", progress=False)
         return json.loads((run_dir / "final_metrics.json").read_text())
+
+
+def spy_federation(monkeypatch):
+    """Record the federation after each round it runs: ``seen["fed"]`` for the returned ``seen``."""
+    from morl.agents.federated import simulator
+
+    seen = {}
+    orig = simulator.Federation.run_round
+
+    def run_round(self, engine):
+        orig(self, engine)
+        seen["fed"] = self
+
+    monkeypatch.setattr(simulator.Federation, "run_round", run_round)
+    return seen

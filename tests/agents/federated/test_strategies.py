@@ -15,7 +15,7 @@ from morl.agents.federated.simulator import Federation, InProcessEngine, LocalCo
 from morl.envs.data import federated as fl_data
 from morl.most import MosT
 from morl.runners.fl.config import FLConfig
-from tests.agents.federated.fl_fixtures import run_fl
+from tests.agents.federated.fl_fixtures import run_fl, spy_federation
 
 
 def test_fedavg_and_fedmgda_aggregation(gen):
@@ -307,22 +307,8 @@ def _cfg(rounds=6, **most):
     return cfg
 
 
-def _spy_federation(monkeypatch):
-    from morl.agents.federated import simulator
-
-    seen = {}
-    orig = simulator.Federation.run_round
-
-    def run_round(self, engine):
-        orig(self, engine)
-        seen["fed"] = self
-
-    monkeypatch.setattr(simulator.Federation, "run_round", run_round)
-    return seen
-
-
 def test_sample_fraction_one_is_the_plain_round(monkeypatch):
-    seen = _spy_federation(monkeypatch)
+    seen = spy_federation(monkeypatch)
     run_fl(_cfg(combine="mgda"))
     plain = seen["fed"].thetas.clone()
     res = run_fl(_cfg(combine="mgda", sample_fraction=1.0, gamma_momentum=0.0, ot_resolve=0))

@@ -3,13 +3,8 @@
 import pytest
 import torch
 
-from morl.agents.prompts.encoder import load_encoder, tokenize
+from morl.agents.prompts.encoder import tokenize
 from morl.agents.prompts.soft_prompts import PromptMixture, head_gramian, per_instance_losses
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_encoder("tiny", seed=0)
 
 
 def test_batched_forward_equals_one_prompt_at_a_time(tiny):

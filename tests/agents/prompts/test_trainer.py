@@ -1,18 +1,12 @@
 """The mixture trainer: the MosT step respects the marginals and specialises the prompts."""
 
-import pytest
 import torch
 
-from morl.agents.prompts.encoder import load_encoder, tokenize
+from morl.agents.prompts.encoder import tokenize
 from morl.agents.prompts.soft_prompts import PromptMixture, per_instance_losses
 from morl.agents.prompts.trainer import MixtureTrainer
 from morl.envs.data.text import generate_domain_flip
 from morl.most import MosT
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return load_encoder("tiny", seed=0)
 
 
 def _thirty_instances(enc, tok, seed):

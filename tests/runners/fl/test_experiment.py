@@ -16,7 +16,7 @@ from morl.runners.fl.config import FLConfig
 from morl.runners.fl.experiment import FLExperiment
 from morl.runners.interrupts import Interrupted
 from morl.runners.shell.commands import resume, start
-from tests.agents.federated.fl_fixtures import run_fl
+from tests.agents.federated.fl_fixtures import run_fl, spy_federation
 from tests.runners.shell_resume_checks import morl_resume, sigterm_after_first_record
 from tests.state_equality import assert_state_equal
 
@@ -252,22 +252,8 @@ def test_most_switch_takes_both_branches_and_is_deterministic():
         S.MosTStrategy(strat.most, combine="avg")
 
 
-def _spy_federation(monkeypatch):
-    from morl.agents.federated import simulator
-
-    seen = {}
-    orig = simulator.Federation.run_round
-
-    def run_round(self, engine):
-        orig(self, engine)
-        seen["fed"] = self
-
-    monkeypatch.setattr(simulator.Federation, "run_round", run_round)
-    return seen
-
-
 def test_official_round_runs_end_to_end(monkeypatch):
-    seen = _spy_federation(monkeypatch)
+    seen = spy_federation(monkeypatch)
     overrides = ["device=cpu", "train.rounds=8", "train.eval_every=8", "data.num_clients=10", "train.local_steps=3",
                  "strategy.most.warmup_rounds=1", "strategy.most.gamma_average_start=3", "strategy.most.sample_fraction=0.2"]
     cfg = FLExperiment.load_config("configs/fl_most_official.yaml", overrides)

@@ -1,52 +1,15 @@
 """``morl sweep`` specs: grid and seeds give named cells; bad specs stop with one line."""
 
-import sys
-from pathlib import Path
 
 import pytest
-import yaml
 
 from morl.runners.errors import UserError
 from morl.runners.sweep.cells import expand, override_text
-from morl.runners.sweep.local_engine import LocalEngine
-from morl.runners.sweep.manifest import read_manifest, sweep_dir, write_manifest
-from morl.runners.sweep.scheduler import Scheduler
+from morl.runners.sweep.manifest import read_manifest, write_manifest
 from morl.runners.sweep.spec import load_spec
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-QUICK = str(ROOT / "configs" / "quickstart_point_mass.yaml")
-
+from tests.runners.sweep.sweeps import QUICK, ROOT, fake_sweep, write_spec
 
 REGRESSION = str(ROOT / "configs" / "supervised_regression_mgda.yaml")
-
-
-FAKE = (sys.executable, str(Path(__file__).with_name("fake_run.py")))
-
-
-def write_spec(tmp_path: Path, **keys) -> Path:
-    spec = {"name": "s", "out_dir": str(tmp_path / "out"), "base": QUICK, **keys}
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
-
-
-def fake_sweep(tmp_path: Path, progress=False, **keys):
-    """Expand, write the manifest and return (folder, cells, run) with ``run()`` -> exit status."""
-    spec = load_spec(write_spec(tmp_path, **keys))
-    cells, folder = expand(spec), sweep_dir(spec)
-    write_manifest(folder, spec, cells)
-
-    def run(max_parallel=None):
-        engine = LocalEngine(spec.resources.cpus)
-        scheduler = Scheduler(folder, cells, engine, max_retries=spec.max_retries, threads=1,
-                              max_parallel=max_parallel, program=FAKE, progress=progress)
-        try:
-            return scheduler.run()
-        finally:
-            engine.close()
-    return folder, cells, run
 
 
 # ----- spec and cells -----------------------------------------------------------------------

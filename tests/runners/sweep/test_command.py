@@ -1,55 +1,15 @@
 """``morl sweep`` end to end on real point-mass runs."""
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
-from morl.runners import cli
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-QUICK = str(ROOT / "configs" / "quickstart_point_mass.yaml")
-
-
-def write_spec(tmp_path: Path, **keys) -> Path:
-    spec = {"name": "s", "out_dir": str(tmp_path / "out"), "base": QUICK, **keys}
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
-
-
-def attempts(folder: Path, cell: str) -> list[str]:
-    """``start``/``resume`` per attempt, from the log's header lines (written by the worker)."""
-    lines = (folder / "logs" / f"{cell}.log").read_text().splitlines()
-    return ["resume" if " morl resume " in line else "start" for line in lines if line.startswith("==== morl sweep ")]
-
+from tests.runners.sweep.sweeps import attempts, logs, morl, real_spec, write_spec
 
 # ----- real runs: `morl sweep` end to end ----------------------------------------------------
 # tests/runners/test_resume.py's tiny point-mass settings; 120 steps leave the kill below a window of
 # about a second between the first checkpoint (step 20) and the end.
-TINY = {"aggregator.options": {}, "agent.hidden_sizes": [32, 32], "agent.batch_size": 64, "agent.buffer_capacity": 4000,
-        "run.device": "cpu", "run.warmup_steps": 10, "run.log_every": 7, "run.eval_every": 25,
-        "run.checkpoint_every": 20, "run.eval_episodes": 1}
-
-
-def morl(*argv) -> int:
-    return cli.main([str(a) for a in argv])
-
-
-def logs(folder: Path) -> str:
-    """Every cell's log, for the failure message of a real sweep."""
-    return "\n".join(f"--- {log.name}\n{log.read_text()[-3000:]}" for log in sorted((folder / "logs").glob("*.log")))
-
-
-def real_spec(tmp_path: Path, out: str, seeds, total_steps: int, max_retries: int = 1) -> Path:
-    spec = {"name": "agg", "out_dir": str(tmp_path / out), "base": QUICK, "grid": {"aggregator.name": ["mgda", "pcgrad"]},
-            "seeds": seeds, "overrides": {**TINY, "run.total_steps": total_steps}, "max_retries": max_retries}
-    path = tmp_path / f"{out}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
 
 
 @pytest.mark.integration  # trains in subprocesses

@@ -4,61 +4,12 @@ retries, kills, signals and runs owned by an earlier sweep."""
 import json
 import os
 import signal
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
-from morl.runners.sweep.cells import expand
-from morl.runners.sweep.local_engine import LocalEngine
-from morl.runners.sweep.manifest import sweep_dir, write_manifest
-from morl.runners.sweep.scheduler import Scheduler
-from morl.runners.sweep.spec import load_spec
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-QUICK = str(ROOT / "configs" / "quickstart_point_mass.yaml")
-
-
-FAKE = (sys.executable, str(Path(__file__).with_name("fake_run.py")))
-
-
-def write_spec(tmp_path: Path, **keys) -> Path:
-    spec = {"name": "s", "out_dir": str(tmp_path / "out"), "base": QUICK, **keys}
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
-
-
-def fake_sweep(tmp_path: Path, progress=False, **keys):
-    """Expand, write the manifest and return (folder, cells, run) with ``run()`` -> exit status."""
-    spec = load_spec(write_spec(tmp_path, **keys))
-    cells, folder = expand(spec), sweep_dir(spec)
-    write_manifest(folder, spec, cells)
-
-    def run(max_parallel=None):
-        engine = LocalEngine(spec.resources.cpus)
-        scheduler = Scheduler(folder, cells, engine, max_retries=spec.max_retries, threads=1,
-                              max_parallel=max_parallel, program=FAKE, progress=progress)
-        try:
-            return scheduler.run()
-        finally:
-            engine.close()
-    return folder, cells, run
-
-
-def attempts(folder: Path, cell: str) -> list[str]:
-    """``start``/``resume`` per attempt, from the log's header lines (written by the worker)."""
-    lines = (folder / "logs" / f"{cell}.log").read_text().splitlines()
-    return ["resume" if " morl resume " in line else "start" for line in lines if line.startswith("==== morl sweep ")]
-
-
-def run_status(folder: Path, cell: str) -> str:
-    return json.loads((folder / cell / "run.json").read_text())["status"]
+from tests.runners.sweep.sweeps import attempts, fake_sweep, kill_when_checkpointed, run_status
 
 
 # ----- the scheduler, with the stand-in run --------------------------------------------------
@@ -89,19 +40,6 @@ def test_a_diverged_run_is_a_result_not_retried(tmp_path):
     assert run() == 0
     assert attempts(folder, "diverge1") == ["start"] and run_status(folder, "diverge1") == "diverged"
     assert run() == 0 and attempts(folder, "diverge1") == ["start"]
-
-
-def kill_when_checkpointed(run_dir: Path, timeout: float = 30.0, sig: int = signal.SIGKILL) -> int:
-    """Send ``sig`` to the process that owns ``run_dir`` (its pid is in .lock) once it has a checkpoint."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lock, ckpt = run_dir / ".lock", run_dir / "checkpoints" / "last.pt"
-        if ckpt.is_file() and lock.is_file() and lock.read_text().strip():
-            pid = int(lock.read_text().split()[0])
-            os.kill(pid, sig)
-            return pid
-        time.sleep(0.01)
-    raise AssertionError(f"{run_dir} got no checkpoint within {timeout} s")
 
 
 @pytest.mark.integration  # kills a run and resumes it
