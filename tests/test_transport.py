@@ -98,7 +98,7 @@ def test_rounding_is_feasible(gen):
     assert float(T.marginal_error(fixed, a, b)) < 1e-12
 
 
-def test_batched_sinkhorn(gen):
+def test_a_batch_of_sinkhorn_problems_is_solved_as_each_alone(gen):
     cost = torch.rand(4, 10, 3, generator=gen, dtype=torch.float64)
     a = torch.full((4, 10), 0.1, dtype=torch.float64)
     b = torch.full((4, 3), 1 / 3, dtype=torch.float64)

@@ -128,7 +128,7 @@ def test_momentum_and_single_objective(gen):
     assert torch.allclose(one.descent, upper[0] + pi.clamp_min(0) * gq)
 
 
-def test_invalid_arguments():
+def test_bad_arguments_name_what_is_wrong():
     g = torch.ones(2, 3)
     with pytest.raises(ValueError, match="constraint_grad"):
         forum_direction(g, torch.ones(4), 0.5)
@@ -244,7 +244,7 @@ def test_nonfinite_objective_raises_or_skips():
     assert torch.equal(w.detach(), torch.zeros(2, dtype=torch.float64)) and solver.nonfinite_steps.item() == 1
 
 
-def test_state_dict_round_trip():
+def test_a_restored_forum_takes_the_same_next_step():
     pb = Eq24Problem()
 
     def make():
@@ -264,9 +264,14 @@ def test_state_dict_round_trip():
     assert torch.equal(d1["lam_tilde"], d2["lam_tilde"]) and torch.equal(w1, w2)
 
 
+# -- several iterations against a plain transcription of Algorithm 1 ---------------------------
+# The transcription works in numpy on a bilevel quadratic with closed-form gradients and solves
+# QP (11) with CVXPY; it shares no code with morl.bilevel (no autograd, no forum_direction, no
+# solve_qp). Every iterate (α_k, ω_k) and the per-iteration state (λ^k, λ̃^k, π, ν, the iteration
+# counter, ω restored after the inner loop) must agree, so dropping the λ momentum, resetting λ̃
+# between steps, a wrong β_k, a wrong sign in ∇q̃ or an inner loop that does not warm-start as
+# asked each fail.
 N_ALPHA, N_OMEGA = 2, 3
-
-
 K_ITERS, T_INNER, ETA, MU, RHO = 8, 4, 0.3, 0.2, 0.5
 
 

@@ -109,7 +109,7 @@ def test_truncation_and_same_step_autoreset():
     assert (env.episodes_completed == 1).all()
 
 
-def test_episode_statistics():
+def test_episode_return_and_success_sum_over_the_episode():
     env = make_env("point_mass", seed=0, max_episode_steps=12)
     env.reset()
     act, total = oracle(env), np.zeros(4)

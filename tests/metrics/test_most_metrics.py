@@ -7,7 +7,7 @@ from morl.metrics import most_metrics as MM
 from morl.problems import zdt as Z
 
 
-def test_hypervolume_and_tails():
+def test_hypervolume_and_tail_means_equal_hand_values():
     ref = (3.0, 3.0)
     assert float(MM.hypervolume(torch.tensor([[1.0, 2.0]]), ref)) == pytest.approx(2.0)
     two = torch.tensor([[1.0, 2.0], [2.0, 1.0]])
@@ -25,7 +25,7 @@ def test_hypervolume_and_tails():
     torch.testing.assert_close(MM.picked_accuracy(test, val), torch.tensor([0.7, 0.6]))
 
 
-def test_prediction_diversity():
+def test_identical_models_have_zero_prediction_diversity():
     p = torch.softmax(torch.randn(3, 20, 4, generator=torch.Generator().manual_seed(0)), -1)
     same = p[:1].expand(3, -1, -1)
     assert float(MM.prediction_diversity(same)) == pytest.approx(0.0, abs=1e-7)

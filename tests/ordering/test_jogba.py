@@ -134,7 +134,7 @@ def test_shared_s_is_updated_sequentially_within_an_iteration():
     assert o.orders()[1].tolist() == [1, 2, 0]  # sample 0 went to the back
 
 
-def test_stale_means():
+def test_after_an_epoch_each_ordering_centres_on_its_mean_gradient():
     G = gaussian_grads(3, 20, 4, seed=10)
     joint = make(JoGBa, G)
     run_static(joint, G, 1)

@@ -30,7 +30,7 @@ def test_runner_rejects_bad_config_and_writes_nothing(tmp_path):
 
 
 @pytest.mark.parametrize("config", ["configs/forum_hypercleaning_digits.yaml", "configs/forum_mtl_digits.yaml"])
-def test_runner_small_run(tmp_path, config):
+def test_a_short_run_of_each_config_writes_records_checkpoint_and_logs(tmp_path, config):
     overrides = ["iterations=4", "eval_every=2", f"out_dir={tmp_path}", "forum.inner_steps=2", "hypercleaning.hidden=[16]"]
     assert _forum_cli([config, *overrides]) == 0
     (run_dir,) = list(tmp_path.iterdir())
@@ -43,7 +43,7 @@ def test_runner_small_run(tmp_path, config):
     assert any(p.name.startswith("events.out.tfevents") for p in (run_dir / "tb").iterdir())
 
 
-def test_runner_is_registered():
+def test_forum_is_a_morl_subcommand():
     from morl.runners.cli import SUBCOMMANDS
 
     assert SUBCOMMANDS["forum"][0] == "morl.runners.forum.command"
