@@ -56,6 +56,11 @@ def test_fedmgda_default_box_half_width():
     assert S.FedMGDA().eps == 0.5
 
 
+# -- plain MGDA and linearization ------------------------------------------------------------
+# mgda: per model j, λ_j = argmin_{λ ∈ Δ_n} ‖Σ_i λ_i Δ_ji‖² on the raw client deltas; the reference
+# solves the simplex QP exactly by enumerating supports (on a support S the minimiser of λᵀGλ with
+# Σλ = 1 is G_S⁻¹1 / 1ᵀG_S⁻¹1; the best feasible candidate is the optimum). fedmgda (FedMGDA+,
+# arXiv:2006.11489): the same over |λ_i − 1/n| ≤ ε on unit-normalised deltas, against quadprog.
 def simplex_min_norm_exact(gram: torch.Tensor) -> torch.Tensor:
     n = gram.shape[0]
     best, best_val = None, float("inf")
@@ -157,6 +162,9 @@ def test_fedmgda_weights_are_the_box_constrained_min_norm_point(n, eps):
         assert (update[j] - lam @ deltas[j]).abs().max() <= 1e-6 * deltas[j].abs().max(), j
 
 
+# -- MosT (L): the linear step with the paper's plan scaling ----------------------------------
+# With gamma_scale="paper" Γ has total mass 1, so each model's column sums to about 1/m; the step
+# is the Γ-weighted FedAvg with each model's weights normalised: Δθ_j = Σ_i Γ_ij Δ_ij / Σ_i Γ_ij.
 def test_linear_step_normalises_each_models_plan_column():
     m, n, p = 2, 6, 5
     for seed in range(5):
@@ -175,6 +183,10 @@ def test_linear_step_normalises_each_models_plan_column():
 M, N, P = 2, 6, 5
 
 
+# -- the MosT strategy's state without a whole FL run ----------------------------------------
+# After rounds with pair sampling, Γ averaging and the switch rule, state_dict -> a fresh strategy
+# must restore every field and continue bit-identically; a state without the optional keys loads
+# with their documented starting values.
 def _strategy(average):
     most = MosT(M, gamma_scale="code", update="code", solver="ipot", warm_start=True)
     kw = dict(gamma_momentum=0.5) if average == "ema" else dict(gamma_average="cumulative")
@@ -244,6 +256,7 @@ def test_a_state_without_the_optional_keys_starts_them_fresh():
     assert all(getattr(restored, name) is None for name in TENSORS)
 
 
+# -- robust aggregation: one Byzantine client sending huge updates -----------------------------
 class Byzantine:
     """An engine whose client 0 replaces its deltas by N(0, 1e6²) noise every round."""
 
@@ -291,6 +304,8 @@ def test_robust_strategy_is_the_aggregator_per_model(gen):
     torch.testing.assert_close(upd, torch.stack([build("krum", n_byzantine=2)(d) for d in deltas]))
 
 
+# -- the official MosT code's round (tianyi-lab/MosT federated_moo.py + update.py) as options ------
+# Pair sampling with stale deltas and losses, the Γ moving average, the OT re-solve.
 def _most(m=2, warm_start=True):
     return MosT(m, gamma_scale="code", update="code", solver="ipot", warm_start=warm_start)
 
