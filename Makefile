@@ -8,7 +8,7 @@ ARGS   ?=
 
 LOCK   := requirements/lock.txt
 
-.PHONY: install train test test-slow bench clean lock
+.PHONY: install train test test-all lint bench clean lock
 
 install: $(STAMP)
 
@@ -47,11 +47,20 @@ train: $(STAMP)
 	fi; \
 	$(BIN)/morl train $$cfg $(ARGS)
 
+# Two tiers (docs/testing.md): `make test` is the fast tier, everything not marked `integration`;
+# `make test-all` adds the integration tier (subprocesses, SIGTERM and resume, Flower, Ray,
+# packaging, video, long learning checks, Meta-World episodes). Both fail when nothing is collected.
+PYTEST = $(BIN)/python -m pytest -q
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(ARGS); rc=$$?; [ $$rc -eq 5 ] && echo "no tests collected" && exit 1; exit $$rc
+	$(PYTEST) -m "not integration" $(ARGS); rc=$$?; [ $$rc -eq 5 ] && echo "no tests collected" && exit 1; exit $$rc
 
-test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow $(ARGS)
+test-all: $(STAMP)
+	$(PYTEST) $(ARGS); rc=$$?; [ $$rc -eq 5 ] && echo "no tests collected" && exit 1; exit $$rc
+
+# ruff's rules and exclusions: pyproject.toml, [tool.ruff].
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: $(STAMP)
 	$(BIN)/morl bench aggregators

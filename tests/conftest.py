@@ -56,8 +56,8 @@ if int(os.environ.get("MORL_TEST_SEED_OFFSET", "0")):
 # counted as litter. Ray (Flower's simulation backend) writes its session logs to $TMPDIR/ray and
 # never deletes them: they go with this session's folder. Inductor (torch 2.13) keeps its
 # precompiled C++ headers in $TMPDIR/torchinductor_<user>/precompiled_headers whatever
-# TORCHINDUCTOR_CACHE_DIR says (checked: one CPU compile with both set; the slow inductor tests
-# hit it on the Intel machine in session 13): a cache by design, which goes with the folder too.
+# TORCHINDUCTOR_CACHE_DIR says (checked: one CPU compile with both set): a cache by design, which
+# goes with the folder too.
 _TOLERATED = {"ray"}
 _TOLERATED_PREFIXES = ("torchinductor_",)
 

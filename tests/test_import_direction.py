@@ -6,6 +6,7 @@ Read from the source (ast), so the check needs no import side effects. Imports u
 """
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CORE_SUBPACKAGES = ("morl.agents", "morl.envs", "morl.runners")
 
 
-def _imports(path: Path) -> set[str]:
+@functools.cache  # each file is parsed once for all the checks
+def _imports(path: Path) -> frozenset[str]:
     out: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -26,7 +28,7 @@ def _imports(path: Path) -> set[str]:
             visit(child)
 
     visit(ast.parse(path.read_text()))
-    return out
+    return frozenset(out)
 
 
 def _imports_of(folder: str, target: str) -> set[tuple[str, str]]:

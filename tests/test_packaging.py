@@ -8,6 +8,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 FOLDERS = {"morl": "morl", "agents": "morl.agents", "envs": "morl.envs", "runners": "morl.runners"}
@@ -92,6 +94,7 @@ def test_the_core_depends_on_torch_only_and_every_capability_has_an_extra():
     assert any(d.startswith("stable-baselines3") for d in extras["sb3"]) and any(d.startswith("metaworld") for d in extras["rl"])
 
 
+@pytest.mark.integration  # a fresh interpreter
 def test_the_core_imports_and_aggregates_with_nothing_but_torch():
     allowed = _torch_and_its_requirements()
     assert "torch" in allowed and "numpy" not in allowed
@@ -102,6 +105,7 @@ def test_the_core_imports_and_aggregates_with_nothing_but_torch():
     assert int(out.stdout.split()[-1]) == len(available())
 
 
+@pytest.mark.integration  # builds a wheel
 def test_the_wheel_installs_learners_envs_and_runners_under_morl(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT), "-w", str(tmp_path)],
                    check=True, capture_output=True, timeout=300)
@@ -113,6 +117,7 @@ def test_the_wheel_installs_learners_envs_and_runners_under_morl(tmp_path):
         assert module in names
 
 
+@pytest.mark.integration  # a fresh interpreter
 def test_the_command_line_parser_loads_without_torch():
     # `morl --help` stays instant: the runners live in the morl namespace, whose __init__ is lazy,
     # and subcommand modules keep their heavy imports inside main().

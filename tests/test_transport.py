@@ -16,7 +16,7 @@ def _problem(gen, n=30, m=5, scale=2.3):
     return cost, a, b
 
 
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow), pytest.param(2, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.integration), pytest.param(2, marks=pytest.mark.integration)])
 def test_ipot_matches_exact_emd(seed):
     cost, a, b = _problem(torch.Generator().manual_seed(seed))
     res = T.solve(cost, a, b, max_iter=1000)
@@ -98,7 +98,7 @@ def test_rounding_is_feasible(gen):
     assert float(T.marginal_error(fixed, a, b)) < 1e-12
 
 
-def test_batched_sinkhorn(gen):
+def test_a_batch_of_sinkhorn_problems_is_solved_as_each_alone(gen):
     cost = torch.rand(4, 10, 3, generator=gen, dtype=torch.float64)
     a = torch.full((4, 10), 0.1, dtype=torch.float64)
     b = torch.full((4, 3), 1 / 3, dtype=torch.float64)
