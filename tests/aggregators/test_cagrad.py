@@ -300,7 +300,7 @@ def test_directions_reach_the_primal_optimum_or_say_they_did_not():
     assert all(n <= 3 for n in out["not_converged"].values()), out
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_directions_reach_the_primal_optimum_over_ten_seeds():
     """Seeds 0-9, K up to 24: 3400 directions per dtype. Measured: 5 float32 solves (K ≥ 12)
     say they stopped at max_iter, no float64 one; bound 30 each."""

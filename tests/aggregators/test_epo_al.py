@@ -170,7 +170,7 @@ def _check_planted(kind: str, k: int, seed: int, iterations: int = 20000):
     assert abs(float(v.max()) - t_ref) < 1e-3 and float((w - w_ref).norm()) < 5e-2
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", ["convex", "nonconvex"])
 @pytest.mark.parametrize("k", [3, 5, 10, 20])
 def test_planted_instance_reaches_the_exact_pareto_point(kind, k):

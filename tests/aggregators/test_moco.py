@@ -515,7 +515,7 @@ REPLICAS = 48
 REACHED = 0.25  # dominated by at most this much in both objectives; stalled points are > 10
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_fast_moco_reaches_the_front_where_smg_stalls():
     """Fractions of the 96 replicas, measured over noise seeds 0-19 (each an independent batch;
     the seed-to-seed sd matches the binomial one, 0.05): MoCo reaches the front in 0.46-0.65
@@ -530,7 +530,7 @@ def test_fast_moco_reaches_the_front_where_smg_stalls():
     assert stalled >= 0.65, stalled
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("f1_scale", [1.0, 2.0])
 def test_full_fig2_config_70k_iterations(f1_scale):
     """The paper's Fig. 2 configuration (App. K.1), faithful: Adam lr 0.0025/(k+1)^0.05,

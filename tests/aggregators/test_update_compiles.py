@@ -11,7 +11,7 @@ reads a flag on the host by design), called twice so that stateful methods also 
 their state present, and compared with the same method run eagerly: relative difference of
 the directions at most 1e-5. The default run uses the ``aot_eager`` backend (Dynamo's
 tracing, where graph breaks happen, plus AOTAutograd; no code generation) on five
-representative methods; ``@pytest.mark.slow`` compiles every method with Inductor, the
+representative methods; ``@pytest.mark.integration`` compiles every method with Inductor, the
 default backend, and also the two pieces of the update that ``agent.compile: true`` compiles
 (critic losses; the vmapped per-task actor gradients; Dynamo tracing only). The whole update
 does not compile fullgraph (:data:`WHOLE_UPDATE_BREAKS`, a strict xfail in the default run).
@@ -73,7 +73,7 @@ def test_aggregation_compiles_fullgraph(name):
     _check_compiles(name, "aot_eager")
 
 
-@pytest.mark.parametrize("name", [pytest.param("mgda", marks=pytest.mark.slow), "cagrad"])  # mgda: 4K + 10 unrolled Wolfe rounds
+@pytest.mark.parametrize("name", [pytest.param("mgda", marks=pytest.mark.integration), "cagrad"])  # mgda: 4K + 10 unrolled Wolfe rounds
 def test_mt10_sized_aggregation_compiles_fullgraph(name):
     """K = 10, MT10's task count: the K > 6 solvers (MGDA's active-set start and Wolfe steps,
     CAGrad's start with the support enumeration for what it leaves) trace without a host read."""
@@ -92,7 +92,7 @@ def inductor_cache_kept(monkeypatch):
         monkeypatch.setattr(module, "default_cache_dir", lambda: where)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.usefixtures("inductor_cache_kept")
 @pytest.mark.parametrize("name", _marked(available()))
 def test_aggregation_compiles_fullgraph_inductor(name):
@@ -111,7 +111,7 @@ def _agent_and_batch():
     return agent, batch, torch.randn(t, b, act, generator=g)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_update_pieces_compile_fullgraph():
     # what agent.compile: true wraps in torch.compile: both must stay one graph each
     agent, batch, eps = _agent_and_batch()
