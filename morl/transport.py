@@ -273,7 +273,7 @@ def solve(cost: torch.Tensor, a: torch.Tensor | None = None, b: torch.Tensor | N
         plan = feasible(plan)
         objective = (cost * plan).sum() + tau * diversity_regulariser(plan)
         pattern = plan.argmax(-1)
-        for outer in range(1, max_outer + 1):
+        for outer in range(1, max_outer + 1):  # noqa: B007 (reported after the loop)
             onehot = torch.nn.functional.one_hot(pattern, m).to(cost)
             # The inner problem is at unit mass; <C,Γ> + τR(Γ) is homogeneous in the mass, so the
             # linearised cost C + τ∇R(Γ) = C − τ·1[argmax] is the same at any mass.

@@ -44,7 +44,7 @@ def test_resume_help_examples_are_keys_a_resume_may_change():
     text = _helps("resume")["overrides"]
     examples = re.findall(r"(\S+)=(\S+) \((\w+)\)", text)
     assert len(examples) == 2
-    for key, value, kind in examples:
+    for key, _value, kind in examples:
         assert key in experiment_class(kind.lower()).resume_keys
 
 

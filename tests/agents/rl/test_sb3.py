@@ -22,7 +22,7 @@ def test_vecenv_adapter_reports_sb3_episode_keys():
     assert venv.num_envs == 4 and venv.observation_space == env.single_observation_space
     start = venv.reset()
     assert start.shape == (4, 8)
-    for t in range(3):
+    for _ in range(3):
         obs, rew, done, infos = venv.step(np.ones((4, 2), np.float32))
         assert rew.shape == (4,) and done.dtype == bool
     assert done.all()
