@@ -2,15 +2,13 @@
 
 Each file is mutated against the fast tests that cover it, found by rule (``--list`` prints them):
 its mirrored test module (morl/solvers/min_norm.py -> tests/solvers/test_min_norm.py, a leading
-underscore dropped); for an aggregator method (a REGISTRY name in morl/aggregators/__init__.py)
-also the cross-method suites of tests/aggregators narrowed to its rows by ``-k <name>`` (their
-ids name it: ``test_finite_for_every_finite_input[dtype0-cagrad]``); for a helper (a solver, a
-private aggregator module, loss_weighting.py) also the mirrored tests of the core files that
-import it. base.py keeps its mirror only: test_base.py runs every method.
-
-mutmut 3 reads one config per directory, so each module gets a scratch directory
-``mutants/<module>/`` of links to the sources plus a pyproject.toml with its ``[tool.mutmut]``;
-results persist there (a rerun retries only changed mutants). Scores: tools/mutation_score.py.
+underscore dropped); for a method (a REGISTRY name in morl/aggregators/__init__.py) also the rows
+of the cross-method suites in tests/aggregators naming it (``-k cagrad`` selects
+``test_finite_for_every_finite_input[dtype0-cagrad]``); for a helper (a solver, a private module,
+loss_weighting.py) also the mirrored tests of the core files importing it. base.py: its mirror
+only, test_base.py runs every method. mutmut 3 reads one config per directory, so each module
+gets a scratch directory ``mutants/<module>/``: links to the sources and a pyproject.toml with its
+``[tool.mutmut]``. Results persist there. Scores: ``python tools/mutation_score.py``.
 
 Usage: python tools/mutate.py [MODULE ...] [--jobs N] [--list]   (MODULE: a key or a path prefix)
 """
@@ -24,7 +22,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WORK = ROOT / "mutants"
 CORE = ("morl/aggregators", "morl/solvers")
 NAMESPACED = ("agents", "envs", "runners")  # installed as morl.agents, ...: the scratch morl/ holds them
 FEDERATED = ["agents/federated/strategies.py", "agents/federated/client.py"]
@@ -83,7 +80,7 @@ MODULES = build_modules()
 
 
 def scratch_dir(module: str) -> Path:  # mutants/morl_solvers_gramian.py
-    return WORK / module.replace("/", "_")
+    return ROOT / "mutants" / module.replace("/", "_")
 
 
 def scratch_path(path: str) -> str:
@@ -117,11 +114,16 @@ pytest_add_cli_args = ["-p", "no:cacheprovider"]
 pytest_add_cli_args_test_selection = {json.dumps(tests)}
 """
     (scratch / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + section)
-    # mutmut keeps its map of tests to functions and never runs tests added since: redo it then
+    # mutmut keeps its map of tests to functions and its verdicts when tests change: after an
+    # edit of a selected test file, map them anew and retry the survivors
     stats = scratch / "mutants" / "mutmut-stats.json"
-    files = [t for t in tests if t.startswith("tests/")]
-    if stats.exists() and any((ROOT / t).stat().st_mtime > stats.stat().st_mtime for t in files):
+    if stats.exists() and any((ROOT / t).stat().st_mtime > stats.stat().st_mtime for t in tests if t.startswith("tests/")):
         stats.unlink()
+        for meta in (scratch / "mutants" / (scratch_path(m) + ".meta") for m in mutate):
+            if meta.exists():
+                data = json.loads(meta.read_text())
+                data["exit_code_by_key"] = {k: None if v == 0 else v for k, v in data["exit_code_by_key"].items()}
+                meta.write_text(json.dumps(data))
     return scratch
 
 
