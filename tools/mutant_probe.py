@@ -5,13 +5,15 @@ a gap in the tests. Reading hundreds of solver mutants one by one does not prove
 runs each survivor on a fixed, varied problem set and compares its results with the unmutated
 code's, in one process (mutmut's trampolines read ``MUTANT_UNDER_TEST`` at every call):
 
-    cd mutants/<scratch>/mutants
-    OMP_NUM_THREADS=1 ../../../.venv/bin/python ../../../tools/mutant_probe.py solvers [NAME ...]
+    cd mutants/morl_solvers_min_norm.py/mutants   # tools/mutate.py's scratch tree of the module
+    OMP_NUM_THREADS=1 ../../../.venv/bin/python ../../../tools/mutant_probe.py PROBE [NAME ...]
 
-Without names it takes every survivor that ``mutmut results`` lists for the probe's files.
-Each result is compared by what the method promises, not bit for bit: min-norm weights by the
-objective ½λᵀGλ they reach and their feasibility (λ is not unique for rank-deficient G),
-projections and descent results entry by entry. A mutant is
+PROBE is one of ``solvers`` (min_norm.py, simplex.py), ``dual_cone``, ``cagrad``, ``alpha_fair``,
+``priority_qp``; without names it takes every survivor that ``mutmut results`` lists for the
+probe's files. Each result is compared by what the method promises, not bit for bit: min-norm
+weights by the objective ½λᵀGλ they reach and their feasibility (λ is not unique for
+rank-deficient G), dual-cone projections by objective and feasibility, other results entry by
+entry (α-fair weights relative to their largest entry). A mutant is
 
 * ``same``: every result within ``TOL`` (relative) of the reference; route-only or equivalent;
 * ``DIFFERS``: some result off by more (the case is named): a gap the tests must close;
@@ -79,20 +81,13 @@ def _min_norm_cases() -> dict[str, tuple[torch.Tensor, dict]]:
     return cases
 
 
-def _quad(gram: torch.Tensor):
-    def fun(x):
-        gx = (gram @ x.unsqueeze(-1)).squeeze(-1)
-        return 0.5 * (x * gx).sum(-1), gx
-    return fun
-
-
 def probe_solvers() -> dict[str, object]:
-    """Results of morl.solvers' min-norm, simplex and simplex-descent code on the problem set."""
+    """Results of morl.solvers' min-norm (cold, warm, ridged, batched, the branch-free route)
+    and simplex code on the problem set."""
     import importlib
 
     mn = importlib.import_module("morl.solvers.min_norm")  # morl.solvers.min_norm is also a function
-    from morl.solvers.simplex import project_simplex
-    from morl.solvers.simplex_descent import minimize_on_simplex
+    from morl.solvers.simplex import fw_gap, project_simplex, softmax_map
 
     res: dict[str, object] = {}
     cases = _min_norm_cases()
@@ -104,30 +99,21 @@ def probe_solvers() -> dict[str, object]:
         with _device_route(mn):
             lam, ok = mn.min_norm_solve(g, **kw)
         res["dev_" + name] = ("simplex", g.double() + kw.get("rho", 0.0) * torch.eye(g.shape[-1], dtype=torch.float64), lam, ok)
-    for name, g in list(_gramians().items())[::5]:
-        rows = (g[:2, :2] / g[:2, :2].diagonal().max()).tolist()
-        res["host2_" + name] = ("simplex", torch.tensor(rows, dtype=torch.float64), torch.tensor(mn.min_norm_2_host(rows)), None)
-        g6 = g[:6, :6] if g.shape[0] >= 6 else g
-        res["exact_" + name] = ("simplex", g6, mn.min_norm_exact(g6), None)
     gen = torch.Generator().manual_seed(3)
     for shape in ((1,), (2,), (5,), (9,), (4, 7), (3, 2, 16)):
         for scale in (0.1, 1.0, 30.0):
             v = scale * torch.randn(*shape, generator=gen, dtype=torch.float64)
             res[f"proj_{shape}_{scale}"] = ("values", project_simplex(v))
             res[f"proj32_{shape}_{scale}"] = ("values", project_simplex(v.float()))
-    for name, g in list(_gramians().items())[::4]:
-        k = g.shape[-1]
-        gs = g / g.diagonal().max()
-        x0 = torch.rand(k, generator=gen, dtype=torch.float64)
-        x, conv = minimize_on_simplex(_quad(gs), x0, 1.0 / gs.diagonal().sum(), max_iter=300, tol=1e-13, return_converged=True)
-        res["fista_" + name] = ("simplex", gs, x, None)
+            res[f"softmax_{shape}_{scale}"] = ("values", softmax_map(v))
+            res[f"fw_gap_{shape}_{scale}"] = ("values", fw_gap(softmax_map(v), v.flip(-1)))
     return res
 
 
 def _cone_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor, dict]]:
-    """(Gramian, u, project_with_free_set kwargs): UPGrad's K right-hand sides p_i e_i,
-    DualProj's one (the mean) and random nonnegative ones, float64 and float32, batched, with
-    the iterative solver forced at small K (exact_max_k=0), and from right and wrong starts."""
+    """(Gramian, u, project_to_dual_cone kwargs): UPGrad's K right-hand sides p_i e_i, DualProj's
+    one (the mean) and random nonnegative ones, float64 and float32, batched, with the iterative
+    solver forced at small K (exact_max_k=0)."""
     gen = torch.Generator().manual_seed(11)
     cases = {}
     for name, g in _gramians().items():
@@ -144,7 +130,6 @@ def _cone_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor, dict]]:
         if "r2_s0" in name or ("gen" in name and k in (5, 8)):
             cases[name + "_iter"] = (g, rand, {"exact_max_k": 0})
             cases[name + "_iter_up"] = (g, upgrad, {"exact_max_k": 0, "max_iter": 7})
-            cases[name + "_wrong"] = (g, upgrad, {"free_start": torch.rand(k, k, generator=gen) > 0.5})
     grams = _gramians()
     for k in (3, 5, 8, 12):
         batch = torch.stack([g for n, g in grams.items() if n.startswith(f"k{k}_")][:5])
@@ -155,30 +140,22 @@ def _cone_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor, dict]]:
 
 
 def probe_dual_cone() -> dict[str, object]:
-    """Results of the dual-cone projection (morl.solvers.dual_cone, dual_cone_host) and of the
-    UPGrad and DualProj aggregators built on it."""
+    """Results of the dual-cone projection (morl.solvers.dual_cone) and of the UPGrad and
+    DualProj aggregators built on it."""
     import morl
     import morl.solvers.dual_cone as dc
 
     res: dict[str, object] = {}
     cases = _cone_cases()
     for name, (g, u, kw) in cases.items():
-        v, ok, _free = dc.project_with_free_set(g, u, **kw)
+        v, ok = dc.project_to_dual_cone(g, u, **kw)
         res["cone_" + name] = ("cone", g.double(), u, v, ok, g.dtype)
     for name, (g, u, kw) in list(cases.items())[::6]:  # the branch-free (GPU) route on a subset
         with _device_route(dc):
-            v, ok, _free = dc.project_with_free_set(g, u, **kw)
+            v, ok = dc.project_to_dual_cone(g, u, **kw)
         res["dev_" + name] = ("cone", g.double(), u, v, ok, g.dtype)
-    gen = torch.Generator().manual_seed(5)
-    for k in (2, 3, 6, 10, 13, 20):
-        for spread in (0.0, 4.0):
-            j = _jacobian(gen, k, max(2, k // 2), spread, False, d=30)
-            for method, opts in (("upgrad", {}), ("upgrad", {"reg_eps": 1e-4}), ("dualproj", {}),
-                                 ("dualproj", {"reg_eps": 1e-3}), ("upgrad", {"pref_vector": list(range(1, k + 1))})):
-                agg = morl.build(method, **opts)
-                for rep in range(2):  # the second call starts from the first one's free sets
-                    res[f"agg_{method}_{opts}_{k}_{spread}_{rep}"] = ("values", agg(j) / j.norm(dim=1).max())
-                res[f"agg32_{method}_{opts}_{k}_{spread}"] = ("values", morl.build(method, **opts)(j.float()) / j.norm(dim=1).max())
+    _aggregator_results(res, morl, (("upgrad", {}), ("upgrad", {"reg_eps": 1e-4}), ("dualproj", {}),
+                                     ("dualproj", {"reg_eps": 1e-3})), ks=(2, 3, 6, 10, 13, 20))
     return res
 
 
@@ -212,15 +189,65 @@ def probe_cagrad() -> dict[str, object]:
         batch = torch.stack([g / g.diagonal().max() for n, g in _gramians().items() if n.startswith(f"k{k}_")][:5])
         weights, w, ok = cg.cagrad_dual_solve(batch, 0.5)
         res[f"batch_{k}"] = ("weights", batch, weights, ok)
-    for k in (2, 3, 7, 10, 14):
+    _aggregator_results(res, morl, [("cagrad", opts) for opts in (
+        {}, {"c": 0.9, "rescale": 0}, {"c": 2.0, "rescale": 2}, {"warm_start": True})], ks=(2, 3, 7, 10, 14))
+    return res
+
+
+def probe_alpha_fair() -> dict[str, object]:
+    """Results of the α-fair Newton solver (a = 1, ½, 2; cold, warm, batched, the branch-free
+    route), weights normalised by their largest entry, and of Nash-MTL and FairGrad."""
+    import morl
+    import morl.solvers.alpha_fair as af
+
+    res: dict[str, object] = {}
+    grams = {n: g for n, g in _gramians().items() if g.shape[-1] <= 24}
+    for i, (name, g) in enumerate(grams.items()):
+        for a in (1.0, 0.5, 2.0):
+            kw = {"init": torch.ones(g.shape[-1], dtype=torch.float64)} if i % 3 == 1 else {}
+            with _device_route(af) if i % 5 == 0 else _device_route():
+                w, ok, stationary = af.alpha_fair_solve(g, a, **kw)
+            res[f"af_{name}_{a}"] = ("values", torch.cat([w / w.amax(), ok.double().view(1), stationary.double().view(1)]))
+    for k in (3, 8, 12):
+        batch = torch.stack([g for n, g in grams.items() if n.startswith(f"k{k}_")][:5])
+        w, ok, stationary = af.alpha_fair_solve(batch, 1.0)
+        res[f"af_batch_{k}"] = ("values", torch.cat([w / w.amax(-1, keepdim=True), ok.double().unsqueeze(-1),
+                                                     stationary.double().unsqueeze(-1)], -1))
+    _aggregator_results(res, morl, (("nash_mtl", {}), ("fairgrad", {}), ("fairgrad", {"alpha": 2.0})))
+    return res
+
+
+def probe_priority_qp() -> dict[str, object]:
+    """Results of PCD's dual active-set solver (feasible, infeasible and dependent constraints)
+    and of the PCD aggregator."""
+    import morl
+    from morl.solvers.priority_qp import dual_terms, solve_masked
+
+    res: dict[str, object] = {}
+    gen = torch.Generator().manual_seed(17)
+    for name, g in _gramians().items():
+        k = g.shape[-1]
+        gn = g / g.diagonal().max()
+        for tau in (0.0, 0.02, 0.5):
+            taus = tau * torch.rand(k - 1, generator=gen, dtype=torch.float64)
+            mu, feasible, converged = solve_masked(*dual_terms(gn, taus), 1e-9, 3 * k + 10)
+            res[f"pqp_{name}_{tau}"] = ("values", torch.cat([mu, feasible.double().view(1), converged.double().view(1)]))
+    _aggregator_results(res, morl, (("pcd", {}), ("pcd", {"tau": 0.3})))
+    return res
+
+
+def _aggregator_results(res: dict, morl, methods, ks=(2, 3, 6, 10, 13)) -> None:
+    """Two calls of each (method, options) on varied Jacobians (the second may warm-start from
+    the first), and one in float32, relative to the largest row norm."""
+    gen = torch.Generator().manual_seed(19)
+    for k in ks:
         for spread in (0.0, 4.0):
             j = _jacobian(gen, k, max(2, k // 2), spread, False, d=30)
-            for opts in ({}, {"c": 0.9, "rescale": 0}, {"c": 2.0, "rescale": 2}, {"warm_start": True}):
-                agg = morl.build("cagrad", **opts)
+            for method, opts in methods:
+                agg = morl.build(method, **opts)
                 for rep in range(2):
-                    res[f"agg_{opts}_{k}_{spread}_{rep}"] = ("values", agg(j) / j.norm(dim=1).max())
-                res[f"agg32_{opts}_{k}_{spread}"] = ("values", morl.build("cagrad", **opts)(j.float()) / j.norm(dim=1).max())
-    return res
+                    res[f"agg_{method}_{opts}_{k}_{spread}_{rep}"] = ("values", agg(j) / j.norm(dim=1).max())
+                res[f"agg32_{method}_{opts}_{k}_{spread}"] = ("values", morl.build(method, **opts)(j.float()) / j.norm(dim=1).max())
 
 
 class _device_route:
@@ -230,8 +257,7 @@ class _device_route:
         self.modules = modules
 
     def __enter__(self):
-        import morl.solvers.simplex_descent as sd
-        self.saved = [(m, m.reads_are_free) for m in (*self.modules, sd) if hasattr(m, "reads_are_free")]
+        self.saved = [(m, m.reads_are_free) for m in self.modules if hasattr(m, "reads_are_free")]
         for m, _ in self.saved:
             m.reads_are_free = lambda t: False
         return self
@@ -242,9 +268,11 @@ class _device_route:
 
 
 PROBES: dict[str, tuple[Callable[[], dict], tuple[str, ...]]] = {
-    "solvers": (probe_solvers, ("morl.solvers.min_norm", "morl.solvers.simplex.", "morl.solvers.simplex_descent")),
+    "solvers": (probe_solvers, ("morl.solvers.min_norm", "morl.solvers.simplex.")),
     "cagrad": (probe_cagrad, ("morl.aggregators.cagrad",)),
     "dual_cone": (probe_dual_cone, ("morl.solvers.dual_cone", "morl.aggregators.upgrad", "morl.aggregators.dualproj")),
+    "alpha_fair": (probe_alpha_fair, ("morl.solvers.alpha_fair", "morl.aggregators.nash_mtl", "morl.aggregators.fairgrad")),
+    "priority_qp": (probe_priority_qp, ("morl.solvers.priority_qp", "morl.aggregators.pcd")),
 }
 
 

@@ -69,13 +69,13 @@ def test_normalized_gramian_is_g_over_its_largest_diagonal_entry(dtype):
 
 
 def test_gram_scale_is_one_for_tiny_or_zero_gramians():
-    """Below √(smallest normal) the largest diagonal entry is replaced by 1 (dividing by it would
-    overflow the solvers' iterates); above, it is the entry itself."""
+    """At or below √(smallest normal) the largest diagonal entry is replaced by 1 (dividing by it
+    would overflow the solvers' iterates); above, it is the entry itself."""
     tiny = torch.finfo(torch.float64).tiny ** 0.5
-    grams = torch.stack([torch.eye(2, dtype=torch.float64) * v for v in (0.0, 0.5 * tiny, 2 * tiny, 3.0)])
-    grams[3, 1, 1] = 7.0
-    assert gram_scale(grams).flatten().tolist() == [1.0, 1.0, 2 * tiny, 7.0]
-    assert gram_scale(grams).shape == (4, 1, 1)
+    grams = torch.stack([torch.eye(2, dtype=torch.float64) * v for v in (0.0, 0.5 * tiny, tiny, 2 * tiny, 3.0)])
+    grams[4, 1, 1] = 7.0
+    assert gram_scale(grams).flatten().tolist() == [1.0, 1.0, 1.0, 2 * tiny, 7.0]
+    assert gram_scale(grams).shape == (5, 1, 1)
 
 
 def _unit_min_eig(gram: torch.Tensor) -> float:
@@ -108,3 +108,26 @@ def test_definite_ridge_makes_the_row_scaled_gramian_semidefinite_and_no_more(k)
     bad = grams[0].clone()
     bad[0, 1] = float("nan")
     assert definite_ridge(bad, torch.float32).shape == (1, 1)
+
+
+def test_two_leading_batch_dimensions_give_each_members_scale_and_ridge():
+    """[2, 3, K, K] inputs: normalized_gramian's s is [2, 3] and definite_ridge [2, 3, 1, 1], each
+    member's value that of its matrix alone (numpy's largest diagonal entry and eigenvalues)."""
+    grads = torch.stack([torch.stack([_rows(3 * i + j, 4, 9, torch.float64) * 10.0**j for j in range(3)]) for i in range(2)])
+    gram, s = normalized_gramian(grads)
+    assert gram.shape == (2, 3, 4, 4) and s.shape == (2, 3)
+    k = 5
+    grams = torch.empty(2, 3, k, k, dtype=torch.float64)
+    for i in range(2):
+        for j in range(3):
+            g = grads[i, j].numpy() @ grads[i, j].numpy().T
+            assert float(s[i, j]) == pytest.approx(np.diag(g).max(), rel=1e-12)
+            np.testing.assert_allclose(gram[i, j].numpy(), g / np.diag(g).max(), rtol=1e-12, atol=1e-15)
+            q = torch.linalg.qr(torch.randn(k, k, generator=torch.Generator().manual_seed(3 * i + j), dtype=torch.float64))[0]
+            lam = torch.linspace(-(3 * i + j + 1) * k * EPS32, 2.0, k, dtype=torch.float64)
+            grams[i, j] = q @ torch.diag(lam) @ q.T  # a different negative eigenvalue per member
+    ridge = definite_ridge(grams, torch.float32)
+    assert ridge.shape == (2, 3, 1, 1)
+    for i in range(2):
+        for j in range(3):
+            assert float(ridge[i, j]) / 2 == pytest.approx(max(-_unit_min_eig(grams[i, j]), EPS32 / 16), rel=1e-9)

@@ -52,3 +52,11 @@ def test_softmax_map_is_not_a_projection():
     torch.testing.assert_close(out.sum(), torch.tensor(1.0))
     # a simplex point is pulled toward uniform: for M=2 the range is [1/(1+e), e/(1+e)] = [0.269, 0.731]
     assert abs(out[0].item() - 0.7311) < 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_projection_makes_every_tensor_on_the_inputs_device(dtype):
+    """On the meta device (no data, like a GPU, any CPU-made operand raises) the projection runs
+    and returns a meta tensor of the input's shape and dtype: no step builds its operands on the CPU."""
+    p = project_simplex(torch.empty(3, 2, 5, device="meta", dtype=dtype))
+    assert p.device.type == "meta" and p.shape == (3, 2, 5) and p.dtype == dtype
