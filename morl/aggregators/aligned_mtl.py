@@ -20,9 +20,8 @@ SCALE_MODES = ("min", "median", "rmse")
 
 
 def balance_transformation(gram: torch.Tensor, scale_mode: str = "min") -> torch.Tensor:
-    """B ([..., K, K], float64). Eigenvalues ≤ K ε λ_max (ε of the Gramian's dtype) are
-    dropped (TorchJD's and the authors' cutoff) by a mask, not by slicing, so nothing is read
-    back to the host; an all-zero G gives B = I (as TorchJD)."""
+    """B ([..., K, K], float64); eigenvalues ≤ K ε λ_max are dropped (TorchJD's and the authors'
+    cutoff) by a mask; an all-zero G gives B = I (as TorchJD)."""
     k = gram.shape[-1]
     g = gram.to(torch.float64)
     g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, torch.zeros_like(g))  # eigh raises on NaN
@@ -49,9 +48,8 @@ def _scale(kept: torch.Tensor, keep: torch.Tensor, mode: str) -> torch.Tensor:
 
 
 class AlignedMTL(PreferenceVector, GramianAggregator):
-    """Aligned-MTL. Options: ``pref_vector`` (None: 1/K, TorchJD; LibMTL uses 1, i.e. K times
-    longer), ``scale_mode`` ∈ {"min", "median", "rmse"} ("min", the paper's Alg. 1).
-    Permutation invariant and positively homogeneous; not non-conflicting."""
+    """Aligned-MTL. Options: ``pref_vector`` (None: 1/K, TorchJD), ``scale_mode`` ("min", the
+    paper; "median", "rmse")."""
 
     def __init__(self, pref_vector=None, scale_mode: str = "min", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
