@@ -53,12 +53,12 @@ class AlignedMTL(PreferenceVector, GramianAggregator):
 
     def __init__(self, pref_vector=None, scale_mode: str = "min", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        self._init_preference("AlignedMTL", pref_vector)
+        self._init_preference(pref_vector)
         check_choice("AlignedMTL", "scale_mode", scale_mode, SCALE_MODES)
         self.scale_mode = scale_mode
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        w = self._preference(gram.shape[-1], gram, None).to(torch.float64)
+        w = self._preference(gram.shape[-1], gram).to(torch.float64)
         return (balance_transformation(gram, self.scale_mode) @ w).to(gram.dtype)
 
     def __repr__(self) -> str:

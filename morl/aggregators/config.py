@@ -39,7 +39,7 @@ class ConFIG(PreferenceVector, GramianAggregator):
 
     def __init__(self, pref_vector=None, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        self._init_preference("ConFIG", pref_vector)
+        self._init_preference(pref_vector)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         return config_weights(gram, self._preference(gram.shape[-1], gram, 1.0)).to(gram.dtype)

@@ -19,7 +19,7 @@ class DualProj(UPGrad):
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[-1]
         self._warned_slow = self._warned_slow or warn_if_slow("DualProj", k, 1)
-        u = self._preference(k, gram, None).unsqueeze(-2)
+        u = self._preference(k, gram).unsqueeze(-2)
         v, converged = project_to_dual_cone(with_trace_ridge(gram, self.reg_eps), u, self.max_iter, self.tol)
         if k > EXACT_MAX_K:
             self._count_not_converged(converged.squeeze(-1))

@@ -13,12 +13,13 @@ from collections.abc import Sequence
 
 import torch
 
+from morl.aggregators._checks import check_number
 from morl.aggregators._counters import CallCounters
-from morl.aggregators._preference import on_device
+from morl.aggregators._preference import PreferenceVector
 from morl.aggregators.base import Aggregator
 
 
-class EPOAL(CallCounters, Aggregator):
+class EPOAL(CallCounters, PreferenceVector, Aggregator):
     """EPO-AL: drives r_1 J_1 = ... = r_K J_K on the Pareto front. Losses are required (positive).
 
     Options: ``preference`` r (None: r_k = 1/K; K numbers > 0, used as given), ``eta`` (10,
@@ -27,7 +28,7 @@ class EPOAL(CallCounters, Aggregator):
     """
 
     _COUNTED = {"steps": "steps"}  # extra-state key -> counter (CallCounters)
-
+    _PREF = "preference"
     needs_losses = True
 
     def __init__(
@@ -35,14 +36,12 @@ class EPOAL(CallCounters, Aggregator):
         check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
-        self.preference = None if preference is None else _validate_preference(preference)
-        for name, value in (("eta", eta), ("mu", mu)):
-            if not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
-                raise ValueError(f"EPOAL option {name}={value!r} is not valid; allowed: a finite number > 0")
+        self._init_preference(preference, strict=True)
+        check_number("EPOAL", "eta", eta, strict=True)
+        check_number("EPOAL", "mu", mu, strict=True)
         self.eta, self.mu = float(eta), float(mu)
         self.register_buffer("p", None)
         self.steps = 0
-        self._preference_on: dict = {}
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
         return torch.full_like(like, 1.0 / like.shape[0]) if name == "p" else super()._initial_state(name, like)
@@ -50,11 +49,9 @@ class EPOAL(CallCounters, Aggregator):
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         k = grads.shape[0]
         r = self._preference(k, grads)
-        if self.p is None:
-            self.p = torch.full((k,), 1.0 / k, dtype=grads.dtype, device=grads.device)
-        elif self.p.shape[0] != k:
+        if self.p is not None and self.p.shape[0] != k:
             raise ValueError(f"EPOAL was stepped with K={self.p.shape[0]} objectives, now got K={k}; call reset() first")
-        p = self.p.to(dtype=grads.dtype, device=grads.device)
+        p = self._initial_state("p", r) if self.p is None else self.p.to(r)
         c = fairness_residual(losses, r)
         weights = p.clamp(min=0) + self.eta * c
         self.p = p + self.mu * c
@@ -62,16 +59,8 @@ class EPOAL(CallCounters, Aggregator):
         self.weights = weights.detach()
         return weights @ grads
 
-    def _preference(self, k: int, like: torch.Tensor) -> torch.Tensor:
-        if self.preference is None:
-            return torch.full((k,), 1.0 / k, dtype=like.dtype, device=like.device)
-        if self.preference.shape[0] != k:
-            raise ValueError(f"EPOAL preference has {self.preference.shape[0]} entries but got K={k} objectives")
-        return on_device(self._preference_on, self.preference, like)
-
     def __repr__(self) -> str:
-        pref = None if self.preference is None else [round(v, 6) for v in self.preference.tolist()]
-        return f"EPOAL(preference={pref}, eta={self.eta}, mu={self.mu})"
+        return f"EPOAL(preference={self._pref_repr()}, eta={self.eta}, mu={self.mu})"
 
 
 def fairness_residual(losses: torch.Tensor, preference: torch.Tensor) -> torch.Tensor:
@@ -79,9 +68,3 @@ def fairness_residual(losses: torch.Tensor, preference: torch.Tensor) -> torch.T
     v = preference * losses
     return preference * (v - v.mean())
 
-
-def _validate_preference(preference) -> torch.Tensor:
-    r = torch.as_tensor(preference, dtype=torch.float64).detach().cpu().reshape(-1)
-    if r.numel() < 1 or not bool(torch.isfinite(r).all()) or not bool((r > 0).all()):
-        raise ValueError(f"EPOAL preference={preference!r} is not valid; allowed: K >= 1 finite numbers, each > 0")
-    return r

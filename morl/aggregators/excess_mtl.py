@@ -1,11 +1,10 @@
 """ExcessMTL (He et al., "Robust Multi-Task Learning with Excess Risks", ICML 2024, arXiv 2402.02009):
-simplex weights moved by exponentiated gradient towards the tasks of largest excess risk
+exponentiated-gradient weights towards the tasks of largest excess risk,
 
     Ê_k = Σ_c g_kc² / sqrt(S_kc + 1e-7),   α ← softmax(log α + η Ê / (Ê⁰ + 1e-7)),   α⁰ = 1/K,
 
-S_k the sum of g_k ⊙ g_k over all calls (AdaGrad's diagonal Hessian), Ê⁰ the baseline (the first
-call's Ê, or the mean over ``warmup`` calls); without warm-up the first step uses the unscaled
-Ê, as the authors' code does. d = Σ_k α_k g_k.
+S the running sum of g ⊙ g, Ê⁰ the first call's Ê (or the mean over ``warmup`` calls); without
+warm-up the first step uses the unscaled Ê, as the authors' code.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ from morl.aggregators.base import Aggregator
 
 #: the authors' constant under the square root and in the baseline's denominator
 EPS = 1e-7
+STATE = ("sq_sum", "alpha", "baseline", "warmup_sum")
 
 
 class ExcessMTL(CallCounters, Aggregator):
@@ -34,7 +34,7 @@ class ExcessMTL(CallCounters, Aggregator):
         check_number("ExcessMTL", "robust_step_size", robust_step_size, strict=True)
         check_number("ExcessMTL", "warmup", warmup, integer=True)
         self.robust_step_size, self.warmup = float(robust_step_size), warmup
-        for name in ("sq_sum", "alpha", "baseline", "warmup_sum"):
+        for name in STATE:
             self.register_buffer(name, None)
         self.calls = 0
 
@@ -66,15 +66,10 @@ class ExcessMTL(CallCounters, Aggregator):
 
     def _state(self, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.sq_sum is None:
-            k = g.shape[0]
-            zeros = torch.zeros(k, dtype=g.dtype, device=g.device)
-            return torch.full_like(g, EPS), torch.full_like(zeros, 1.0 / k), zeros, zeros
+            return tuple(self._initial_state(n, g if n == "sq_sum" else g.new_zeros(g.shape[0])) for n in STATE)
         if self.sq_sum.shape != g.shape:
-            raise ValueError(
-                f"ExcessMTL holds statistics for gradients of shape {tuple(self.sq_sum.shape)} but got "
-                f"{tuple(g.shape)}; call reset() to start over"
-            )
-        return self.sq_sum, self.alpha, self.baseline, self.warmup_sum
+            raise ValueError(f"ExcessMTL holds statistics for gradients of shape {tuple(self.sq_sum.shape)} but got {tuple(g.shape)}; call reset() to start over")
+        return tuple(getattr(self, n) for n in STATE)
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
         if name == "alpha":

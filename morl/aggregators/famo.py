@@ -1,11 +1,7 @@
-"""FAMO, fast adaptive multitask optimization (Liu, Feng, Stone, Liu, NeurIPS 2023, arXiv 2306.03792,
-Algorithm 1). With z = softmax(ξ) and D_k = L_k − ℓ_k + 1e-8 the loss weights are
-
-    w_k = z_k / (c D_k),   c = Σ_k z_k / D_k,
-
-and after the network's step ξ takes one Adam step (lr ``w_lr``, weight decay ``gamma``) on
-z ⊙ (δ − zᵀδ), δ_k = log D_k(before) − log D_k(after). The paper measures "after" on the same
-batch: call :meth:`update`; otherwise the next call's losses serve as "after".
+"""FAMO (Liu, Feng, Stone, Liu, NeurIPS 2023, arXiv 2306.03792, Algorithm 1). With z = softmax(ξ),
+D_k = L_k − ℓ_k + 1e-8: w_k = z_k / (c D_k), c = Σ_k z_k / D_k. After the network's step ξ takes
+one Adam step on z ⊙ (δ − zᵀδ), δ_k = log D_k(before) − log D_k(after), "after" measured on the
+same batch by :meth:`update`, or else the next call's losses.
 """
 
 from __future__ import annotations
@@ -21,12 +17,9 @@ OFFSET = 1e-8  # the authors' "+ 1e-8" inside the logs
 
 
 class FAMO(LossWeighting):
-    """FAMO loss weighting.
-
-    Options: ``w_lr`` (0.025), ``gamma`` (0.001), ``min_losses`` ℓ (0.0; one float or K, lower
-    bounds of the losses). State: ``logits``, Adam's ``m``, ``v``, ``step``, ``prev`` (the last
-    call's losses) and ``pending`` (its ξ update is still due).
-    """
+    """FAMO. Options: ``w_lr`` (0.025, Adam's lr), ``gamma`` (0.001, weight decay), ``min_losses``
+    ℓ (0.0; one float or K). State: ``logits``, Adam's ``m``, ``v``, ``step``, ``prev`` (the
+    last call's losses) and ``pending`` (its ξ update is still due)."""
 
     needs_losses_after_step = True
     _STATE = ("logits", "m", "v", "step", "prev", "pending")

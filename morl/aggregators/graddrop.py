@@ -1,11 +1,7 @@
-"""GradDrop (Chen et al., NeurIPS 2020, arXiv 2010.06808, Algorithm 1): gradient sign dropout.
-
-Per coordinate c the positive sign purity P_c = ½(1 + Σ_k g_kc / Σ_k |g_kc|) and one uniform U_c
-give M_kc = 1 when (P_c > U_c and g_kc > 0) or (P_c < U_c and g_kc < 0), else 0; with leaks ℓ_k,
-
-    d_c = Σ_k (ℓ_k + (1 − ℓ_k) M_kc) g_kc          (÷ K with reduction="mean"),
-
-unbiased for the sum: E_U[d_c] = Σ_k g_kc. Per coordinate, O(KD), no Gramian.
+"""GradDrop (Chen et al., NeurIPS 2020, arXiv 2010.06808, Algorithm 1): gradient sign dropout. Per
+coordinate, purity P_c = ½(1 + Σ_k g_kc / Σ_k |g_kc|) and a uniform U_c give M_kc = 1 when
+(P_c > U_c, g_kc > 0) or (P_c < U_c, g_kc < 0); with leaks ℓ_k,
+d_c = Σ_k (ℓ_k + (1 − ℓ_k) M_kc) g_kc (÷ K for "mean"), unbiased: E_U[d_c] = Σ_k g_kc.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
-"""GradVac (Wang et al., ICLR 2021, arXiv 2010.05874, Algorithm 1): PCGrad's surgery towards a target
-cosine. For each task i, in its own random order over j ≠ i, with φ = cos(g_i^PS, g_j):
+"""GradVac (Wang et al., ICLR 2021, arXiv 2010.05874, Algorithm 1): PCGrad towards a target cosine.
+For each task i, in its own random order over j ≠ i, with φ = cos(g_i^PS, g_j):
 
     if φ < φ̂_ij:  g_i^PS ← g_i^PS + ‖g_i^PS‖ (φ̂_ij √(1−φ²) − φ √(1−φ̂_ij²)) / (‖g_j‖ √(1−φ̂_ij²)) · g_j
     φ̂_ij ← (1 − β) φ̂_ij + β φ                                    (eq. 3)
 
-and d = mean_i g_i^PS (or the sum). φ̂ starts at 0 (β = 0: PCGrad). On the whole gradient vector
-(the paper: per layer), on the K×K Gramian as PCGrad; ‖g_i^PS‖² is updated in closed form by
-(1 − φ²)/(1 − φ̂²), not recomputed (which cancels badly).
+d = mean_i g_i^PS (or the sum); φ̂⁰ = 0. On the whole gradient (the paper: per layer), on the Gramian.
 """
 
 from __future__ import annotations
@@ -60,6 +58,7 @@ class GradVac(PCGrad):
             safe_j = torch.where(fix, norm_j, 1.0).sqrt()
             step = torch.where(fix, own.sqrt() * (target * sin - phi * sin_t) / (safe_j * sin_t), 0.0)
             coef = coef.index_put((rows, j), coef[rows, j] + step)
+            # ‖g_i^PS‖² × (1 − φ²)/(1 − φ̂²) in closed form: recomputing it from coef cancels badly
             own = torch.where(fix, own * (sin * sin) * (target * target + sin_t * sin_t) / (sin_t * sin_t), own)
             targets = targets.index_put((rows, j), (1.0 - self.beta) * target + self.beta * phi)
         self.targets = targets.detach()  # state must not hold the autograd graph of past calls

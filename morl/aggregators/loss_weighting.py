@@ -1,9 +1,7 @@
-"""Loss weightings: methods whose K weights depend on the losses only (UW, DWA, FAMO, GLS, STCH, RLW).
-
-Their direction Σ_k w_k g_k is the gradient of Σ_k w_k L_k with w held constant, so learners
-skip the [K, D] Jacobian (``needs_grads = False``) and backpropagate ``agg.weighted_loss(losses)``
-once. Learnable weight parameters are stepped inside each call by their own optimizer, as the
-authors' code does; each call is one training step.
+"""Loss weightings (UW, DWA, FAMO, GLS, STCH, RLW): the K weights depend on the losses only, so
+Σ_k w_k g_k is the gradient of Σ_k w_k L_k with w held: learners skip the [K, D] Jacobian
+(``needs_grads = False``) and backpropagate ``agg.weighted_loss(losses)``. Learnable weight
+parameters are stepped inside each call by their own optimizer, as the authors' code does.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """MoDo (Chen, Fernando, Ying, Chen, NeurIPS 2023, arXiv 2305.20057): one projected step per call on
-the weights of MGDA's ρ-regularised min-norm problem, with double sampling,
-
-    λ ← Π_Δ(λ − γ (J₁J₂ᵀλ + ρλ)),   d = Jᵀλ,   λ⁰ = 1/K,
-
-J₁, J₂ gradients on two independent samples. The step is on the raw product (as the authors'
-code), so γ must suit the gradients' scale.
+MGDA's ρ-regularised weights with double sampling, λ ← Π_Δ(λ − γ (J₁J₂ᵀλ + ρλ)), d = Jᵀλ,
+λ⁰ = 1/K. The step is on the raw product (as the authors' code): γ must suit the gradients' scale.
 """
 
 from __future__ import annotations
@@ -18,12 +14,8 @@ from morl.solvers.simplex import project_simplex
 
 
 class MoDo(DoubleSampling, Aggregator):
-    """One MoDo step per call; λ is the buffer ``lam`` and the reported ``weights``.
-
-    Options: ``gamma`` γ (0.1) and ``rho`` ρ (0.1), LibMTL's and TorchJD's defaults;
-    ``double_sampling`` (False: A = JJᵀ on one sample; True: grads is [J₁; J₂], d on ½(J₁ + J₂),
-    half the authors' d).
-    """
+    """One MoDo step per call; λ is the buffer ``lam``. Options: ``gamma`` γ (0.1), ``rho`` ρ
+    (0.1), LibMTL's and TorchJD's defaults; ``double_sampling`` (False; True: half the authors' d)."""
 
     _WEIGHTS = "lam"
 

@@ -1,9 +1,7 @@
-"""Nash-MTL (Navon et al., "Multi-Task Learning as a Bargaining Game", ICML 2022, arXiv 2202.01017).
-
-The Nash bargaining solution (Sec. 3) is d = Σ_k α_k g_k with α > 0 solving G α = 1/α
-(elementwise), so g_k·d = 1/α_k > 0. As the authors' code, ‖d‖ is clipped to ``max_norm``, α is
-reused for ``update_weights_every`` calls and warm-started; solved by Newton's method
-(:mod:`morl.solvers.alpha_fair`) instead of their sequence of cvxpy problems (Alg. 1).
+"""Nash-MTL (Navon et al., "Multi-Task Learning as a Bargaining Game", ICML 2022, arXiv 2202.01017):
+the Nash bargaining solution (Sec. 3) d = Σ_k α_k g_k, α > 0 solving G α = 1/α elementwise, by
+Newton's method (:mod:`morl.solvers.alpha_fair`). As the authors' code, ‖d‖ is clipped to
+``max_norm`` and α reused for ``update_weights_every`` calls and warm-started.
 """
 
 from __future__ import annotations
@@ -26,12 +24,9 @@ def clip_weights(gram: torch.Tensor, w: torch.Tensor, max_norm: float) -> torch.
 
 
 class NashMTL(CallCounters, GramianAggregator):
-    """Nash bargaining weights; d = 0 at a Pareto-stationary input (the disagreement point).
-
-    Options: ``max_norm`` (1.0; 0 disables clipping), ``update_weights_every`` (1), ``max_iter``
-    (50 Newton steps), ``tol`` (1e-8, relative violation of α_k(Gα)_k = 1).
-    State: ``alpha`` (the last α, unclipped).
-    """
+    """Nash-MTL; d = 0 at a Pareto-stationary input. Options: ``max_norm`` (1.0; 0: no clipping),
+    ``update_weights_every`` (1), ``max_iter`` (50 Newton steps), ``tol`` (1e-8, relative).
+    State: ``alpha`` (the last α, unclipped)."""
 
     _COUNTED = {"step": "_step"}  # extra-state key -> counter (CallCounters)
 

@@ -1,11 +1,8 @@
-"""PCD, Priority-Constrained Descent (Varam et al., TMLR 2026, arXiv 2606.29521): follow the
-primary objective (row 0) while each secondary one keeps a fraction τ_j of its own progress,
-
-    d̃ = argmin_d ½‖d − g̃₁‖²   s.t.   g̃_jᵀd ≥ τ_j‖g̃_j‖²   (j = 2..K),
-
-on rows g̃_i = g_i / sqrt(v̂_i + ε), v̂_i the bias-corrected moving average (decay β) of ‖g_i‖².
-d is d̃ rescaled to ‖g₁‖, solved exactly on the Gramian (:mod:`morl.solvers.priority_qp`).
-As the paper and TorchJD: g₁ = 0 gives d = 0; constraints no d meets together are dropped (d = g₁).
+"""PCD, Priority-Constrained Descent (Varam et al., TMLR 2026, arXiv 2606.29521): follow the primary
+objective (row 0) while each secondary keeps a fraction τ_j of its own progress,
+d̃ = argmin ½‖d − g̃₁‖² s.t. g̃_jᵀd ≥ τ_j‖g̃_j‖², on rows g̃_i = g_i / sqrt(v̂_i + ε), v̂ the
+bias-corrected moving average (decay β) of ‖g_i‖²; d = d̃ rescaled to ‖g₁‖. As the paper and
+TorchJD: g₁ = 0 gives d = 0; constraints no d meets together are dropped (d = g₁).
 """
 
 from __future__ import annotations
@@ -24,12 +21,8 @@ SLOW_K = 300
 
 
 class PCD(GramianAggregator):
-    """Priority-constrained descent; row 0 is the primary objective.
-
-    Options: ``tau`` (0.02; one fraction in [0, 1], or K − 1 of them), ``beta`` (0.999, in
-    [0, 1)), ``eps`` (1e-8), ``max_iter`` (None: 3K + 10 active-set steps).
-    State: ``sq_norm_ema`` [K] (float64) and ``steps``.
-    """
+    """PCD. Options: ``tau`` (0.02, or K − 1 values in [0, 1]), ``beta`` (0.999), ``eps`` (1e-8),
+    ``max_iter`` (None: 3K + 10 active-set steps). State: ``sq_norm_ema`` [K] and ``steps``."""
 
     gramian_in_units = True  # the moving average is of ‖g_k‖² in the gradients' units
 

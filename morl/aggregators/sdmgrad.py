@@ -1,11 +1,7 @@
-"""SDMGrad (Xiao, Ban, Ji, NeurIPS 2023, arXiv 2305.18409, Algorithm 1): MGDA's min-norm problem
-regularised toward the mean direction g₀ = J w̃ (w̃ = 1/K),
-
-    w* = argmin_{w∈Δ} ½‖Jᵀ(w + λ w̃)‖²,   d = Jᵀ(w* + λ w̃) / (1 + λ),
-
-by projected steps w ← Π_Δ(w − η A (w + λ w̃)), A = J₁J₂ᵀ from two independent samples. As the
-authors' code: A divided by the squared mean row norm, SGD with momentum restarted per call,
-``n_steps`` steps per call, w warm-started across calls.
+"""SDMGrad (Xiao, Ban, Ji, NeurIPS 2023, arXiv 2305.18409, Algorithm 1): MGDA regularised toward the
+mean direction, w* = argmin_{w∈Δ} ½‖Jᵀ(w + λ/K)‖², d = Jᵀ(w* + λ/K) / (1 + λ), by projected
+steps w ← Π_Δ(w − η A (w + λ/K)), A = J₁J₂ᵀ. As the authors' code: A ÷ (mean row norm)², SGD
+with momentum restarted per call, w warm-started across calls.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from morl.solvers.simplex import project_simplex
 
 
 def sdmgrad_steps(a: torch.Tensor, w: torch.Tensor, lam: float, lr: float, momentum: float, n_steps: int) -> torch.Tensor:
-    """``n_steps`` projected heavy-ball steps on ½ wᵀA w + λ wᵀA w̃ (torch SGD's momentum rule)."""
+    """``n_steps`` projected heavy-ball steps on ½ wᵀAw + (λ/K) wᵀA1 (torch SGD's momentum rule)."""
     shift = lam * torch.full_like(w, 1.0 / w.shape[-1])
     velocity = torch.zeros_like(w)
     for step in range(n_steps):
@@ -30,19 +26,15 @@ def sdmgrad_steps(a: torch.Tensor, w: torch.Tensor, lam: float, lr: float, momen
 
 
 def normalise(a: torch.Tensor) -> torch.Tensor:
-    """A / s², s = mean_k sqrt(A_kk) (1 if 0), so η means the same at every gradient scale (no
-    absolute guard: the authors' 1e-4 freezes w for small gradients)."""
+    """A / s², s = mean_k sqrt(A_kk) (1 if 0); no absolute guard (the authors' 1e-4 freezes w)."""
     s2 = torch.diagonal(a).clamp_min(0.0).sqrt().mean().square()
     return a / torch.where(s2 > torch.finfo(a.dtype).tiny, s2, torch.ones_like(s2))
 
 
 class SDMGrad(DoubleSampling, Aggregator):
-    """Stochastic direction-oriented multi-gradient; simplex weights ``w`` are a buffer.
-
+    """SDMGrad; the simplex weights ``w`` are a buffer, ``weights`` = (w + λ/K)/(1 + λ).
     Options: ``lam`` λ (0.3, the authors' experiments), ``lr`` η (10), ``momentum`` (0.5),
-    ``n_steps`` (20), ``double_sampling`` (False: A = JJᵀ; True: grads is [J₁; J₂], d on
-    ½(J₁ + J₂)). ``weights`` = (w + λ w̃)/(1 + λ).
-    """
+    ``n_steps`` (20), ``double_sampling`` (False)."""
 
     def __init__(
         self, lam: float = 0.3, lr: float = 10.0, momentum: float = 0.5, n_steps: int = 20,

@@ -29,7 +29,7 @@ class UPGrad(PreferenceVector, GramianAggregator):
     ) -> None:
         super().__init__(check_finite=check_finite)
         name = type(self).__name__
-        self._init_preference(name, pref_vector)
+        self._init_preference(pref_vector)
         check_number(name, "reg_eps", reg_eps)
         check_number(name, "max_iter", max_iter, low=1, integer=True)
         check_number(name, "tol", tol)
@@ -39,7 +39,7 @@ class UPGrad(PreferenceVector, GramianAggregator):
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[-1]
         self._warned_slow = self._warned_slow or warn_if_slow("UPGrad", k, k)
-        u = torch.diag_embed(self._preference(k, gram, None))  # row i: p_i e_i
+        u = torch.diag_embed(self._preference(k, gram))  # row i: p_i e_i
         v, converged = project_to_dual_cone(with_trace_ridge(gram, self.reg_eps), u, self.max_iter, self.tol)
         if k > EXACT_MAX_K:
             self._count_not_converged(converged.all(-1))

@@ -1,14 +1,9 @@
-"""The quadratic program of Priority-Constrained Descent (PCD, arXiv 2606.29521), on the Gramian.
-
-    d = argmin_d ½‖d − g₁‖²   s.t.   g_jᵀd ≥ τ_j‖g_j‖²   (j = 2..K, rows already normalised)
-
-By the KKT conditions d = g₁ + Σ_j μ_j g_j, μ ≥ 0, with μ solving the dual NNQP
-min_{μ ≥ 0} ½μᵀAμ − bᵀμ, A = G_SS, b = τ ∘ diag(A) − G_S1 (S the secondary rows); the dual
-is unbounded exactly when no d meets every constraint. Solved by Goldfarb & Idnani's dual
-active-set method (Math. Programming 27, 1983) with identity Hessian: from μ = 0 add the most
-violated constraint p, dropping an active multiplier that reaches 0 first; g_p dependent on
-the active rows (‖z‖² ≤ dependence_tol·A_pp) with nothing blocking means infeasible. The active
-set is a mask and each branch a ``where``, so it runs on any device; tolerances are relative.
+"""The QP of Priority-Constrained Descent (PCD, arXiv 2606.29521), d = argmin ½‖d − g₁‖² s.t.
+g_jᵀd ≥ τ_j‖g_j‖², through its dual NNQP min_{μ ≥ 0} ½μᵀAμ − bᵀμ (d = g₁ + Σ_j μ_j g_j,
+A = G_SS, b = τ ∘ diag(A) − G_S1), unbounded exactly when no d meets every constraint. Solved by
+Goldfarb & Idnani's dual active-set method (Math. Programming 27, 1983): from μ = 0 add the most
+violated constraint, dropping an active multiplier that reaches 0 first; the active set is a
+mask, each branch a ``where``, tolerances relative.
 """
 
 from __future__ import annotations
