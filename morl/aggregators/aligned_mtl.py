@@ -1,11 +1,9 @@
-"""Aligned-MTL (Senushkin et al., "Independent Component Alignment for Multi-Task Learning",
-CVPR 2023, arXiv 2305.19000, Alg. 1): align the principal components of the gradients so the
-linear system is well conditioned. With G = VΛVᵀ (the kept eigenpairs), Σ = Λ^{1/2},
+"""Aligned-MTL (Senushkin et al., CVPR 2023, arXiv 2305.19000, Alg. 1): align the principal
+components of the gradients. With G = VΛVᵀ (the kept eigenpairs),
 
-    B = sqrt(λ_scale) · V Σ⁻¹ Vᵀ,   α = B w,   d = Jᵀα,
+    B = sqrt(λ_scale) · V Λ^{-1/2} Vᵀ,   α = B w,   d = Jᵀα,
 
-λ_scale the smallest kept eigenvalue (``scale_mode="min"``, the paper), their median or
-their mean (``"median"``, ``"rmse"``), and w the preference (1/K, TorchJD).
+λ_scale the smallest kept eigenvalue ("min", the paper), their median or mean, w the preference.
 """
 
 from __future__ import annotations

@@ -32,8 +32,11 @@ class Krum(GramianAggregator):
         self.n_byzantine, self.m, self.score = n_byzantine, m, score
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        k = gram.shape[0]
-        self._check_k(k)
+        k, f = gram.shape[0], self.n_byzantine
+        if f > 0 and k < 2 * f + 3:
+            raise ValueError(f"Krum option n_byzantine={f} is not valid for K={k} rows; allowed: K >= 2*n_byzantine + 3 (K > 2f + 2)")
+        if self.m > k - f:
+            raise ValueError(f"Krum option m={self.m} is not valid for K={k} rows and n_byzantine={f}; allowed: 1 <= m <= K - n_byzantine")
         g = gram.to(torch.float64)
         sq = torch.diagonal(g)
         # G_ii + G_jj − (G_ij + G_ji): exactly symmetric, so mutual nearest neighbours tie exactly
@@ -41,17 +44,10 @@ class Krum(GramianAggregator):
         if self.score == "distance":
             dist = dist.sqrt()
         dist.fill_diagonal_(float("inf"))  # a row is not its own neighbour
-        near = max(k - self.n_byzantine - 2, 0)
+        near = max(k - f - 2, 0)
         scores = torch.sort(dist, dim=1).values[:, :near].sum(1)
         best = torch.sort(scores, stable=True).indices[: self.m]
         return torch.zeros(k, dtype=g.dtype, device=g.device).index_fill(0, best, 1.0 / self.m)
-
-    def _check_k(self, k: int) -> None:
-        f = self.n_byzantine
-        if f > 0 and k < 2 * f + 3:
-            raise ValueError(f"Krum option n_byzantine={f} is not valid for K={k} rows; allowed: K >= 2*n_byzantine + 3 (K > 2f + 2)")
-        if self.m > k - f:
-            raise ValueError(f"Krum option m={self.m} is not valid for K={k} rows and n_byzantine={f}; allowed: 1 <= m <= K - n_byzantine")
 
     def __repr__(self) -> str:
         return f"Krum(n_byzantine={self.n_byzantine}, m={self.m}, score={self.score!r})"

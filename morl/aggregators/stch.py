@@ -42,18 +42,13 @@ class STCH(LossWeighting):
         if self.ideal == "min":
             self.low = torch.minimum(self._get("low", losses), losses)
             return torch.softmax((losses - self.low) / self.mu, dim=0)
-        return self._nadir_weights(losses)
-
-    def _nadir_weights(self, losses: torch.Tensor) -> torch.Tensor:
-        seen = self._count("seen", losses)
+        seen, acc = self._count("seen", losses), self._get("acc", losses)
         warming = seen < self.warmup
-        # the nadir is fixed when the warm-up ends (or from the first call when warmup=0)
-        acc = torch.where(warming | (seen == 0), self._get("acc", losses) + losses, self._get("acc", losses))
-        count = torch.where(warming | (seen == 0), seen + 1, seen)
-        nadir = positive(acc / count)
-        self.acc, self.seen, self.nadir = acc, count, nadir
+        adding = warming | (seen == 0)  # the nadir is fixed when the warm-up ends (at once for warmup=0)
+        self.acc, self.seen = torch.where(adding, acc + losses, acc), torch.where(adding, seen + 1, seen)
+        self.nadir = positive(self.acc / self.seen)
         floored = positive(losses)
-        stch = losses.shape[0] * torch.softmax(torch.log(floored / nadir) / self.mu, dim=0) / floored
+        stch = losses.shape[0] * torch.softmax(torch.log(floored / self.nadir) / self.mu, dim=0) / floored
         return torch.where(warming, 1.0 / floored, stch)
 
     def __repr__(self) -> str:

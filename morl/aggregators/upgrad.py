@@ -1,9 +1,6 @@
 """UPGrad (Quinton & Rey, "Jacobian Descent for Multi-Objective Optimization", arXiv 2406.16232,
 eq. 5 and Proposition 1): project each gradient onto the dual cone of all of them, then average,
-
-    d = Σ_i p_i π_J(g_i),   π_J(g) = argmin_{x : Jx ≥ 0} ‖x − g‖   (p_i = 1/K by default),
-
-with π_J(p_i g_i) = Jᵀv_i, v_i = argmin_{v ≥ p_i e_i} vᵀGv: weights Σ_i v_i (:mod:`morl.solvers.dual_cone`).
+d = Σ_i p_i π_J(g_i) = Jᵀ Σ_i v_i, v_i = argmin_{v ≥ p_i e_i} vᵀGv (:mod:`morl.solvers.dual_cone`).
 """
 
 from __future__ import annotations

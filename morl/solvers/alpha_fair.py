@@ -34,24 +34,21 @@ def _ray_rescale(gram_r: torch.Tensor, w: torch.Tensor, a: float) -> torch.Tenso
     """t·w with t = argmin f(t w): t^(1+1/a) = Σ w_i^(1−1/a) / wᵀG_r w (exact along the ray)."""
     q = (w * (gram_r @ w.unsqueeze(-1)).squeeze(-1)).sum(-1, keepdim=True)
     s = w.pow(1.0 - 1.0 / a).sum(-1, keepdim=True)
-    tiny = torch.finfo(w.dtype).tiny
-    return w * (s / q.clamp_min(tiny)).pow(a / (a + 1.0))
+    return w * (s / q.clamp_min(torch.finfo(w.dtype).tiny)).pow(a / (a + 1.0))
 
 
 def _newton_step(gram_r: torch.Tensor, w: torch.Tensor, a: float, steps: torch.Tensor) -> torch.Tensor:
     """One Newton step on f with the best feasible length from ``steps`` (0 included)."""
-    gw = (gram_r @ w.unsqueeze(-1)).squeeze(-1)
-    grad = gw - w.pow(-1.0 / a)
+    grad = (gram_r @ w.unsqueeze(-1)).squeeze(-1) - w.pow(-1.0 / a)
     hess = gram_r + torch.diag_embed(w.pow(-1.0 / a - 1.0) / a)
     # equilibrated solve: rows whose norms differ by 1e6 are solved as accurately as equal ones
     dn = torch.diagonal(hess, dim1=-2, dim2=-1).sqrt()
     step = -torch.linalg.solve(hess / (dn.unsqueeze(-1) * dn.unsqueeze(-2)), (grad / dn).unsqueeze(-1)).squeeze(-1) / dn
     # f(w + sΔ) − f(w) = s gradᵀΔ + ½ s² ΔᵀG_rΔ − Σ [h(w + sΔ) − h(w) − s h'(w)Δ], per step s
-    x = step / w
     s = steps.view(-1, *([1] * w.dim()))  # [S, ..., 1]
     lin = (grad * step).sum(-1, keepdim=True)
     quad = (step * (gram_r @ step.unsqueeze(-1)).squeeze(-1)).sum(-1, keepdim=True)
-    y = s * x
+    y = s * (step / w)
     feasible = (y > -1).all(-1, keepdim=True)
     rest = _h_increment(w, torch.where(y > -1, y, torch.zeros_like(y)), a).sum(-1, keepdim=True)
     change = s * lin + 0.5 * s * s * quad - rest
