@@ -14,8 +14,9 @@ from morl.solvers.simplex import project_simplex
 
 
 class MoDo(DoubleSampling, Aggregator):
-    """One MoDo step per call; λ is the buffer ``lam``. Options: ``gamma`` γ (0.1), ``rho`` ρ
-    (0.1), LibMTL's and TorchJD's defaults; ``double_sampling`` (False; True: half the authors' d)."""
+    """One MoDo step per call; λ is the buffer ``lam``. Options: ``gamma`` γ (0.1) and ``rho`` ρ
+    (0.1), LibMTL's and TorchJD's defaults; ``double_sampling`` (False; True: grads is [J₁; J₂]
+    and d is taken on ½(J₁ + J₂), half the authors' d)."""
 
     _WEIGHTS = "lam"
 
