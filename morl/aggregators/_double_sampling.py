@@ -1,39 +1,46 @@
-"""Two independent gradient samples in one call, for the methods whose weight update needs an
-unbiased estimate of J Jᵀ (MoDo, SDMGrad): E[J₁ J₂ᵀ] = E[J] E[J]ᵀ when the samples are independent,
-while E[J Jᵀ] carries the gradients' covariance.
-
-With ``double_sampling=True`` the caller stacks the two samples as ``grads = [J₁; J₂]``
-([2K, D], rows k and K + k are objective k's gradient on two independent minibatches); the
-weights are updated from A = J₁ J₂ᵀ and the direction is taken on the mean ½(J₁ + J₂). With
-``double_sampling=False`` (one [K, D] sample) A = J Jᵀ: the practical single-sample variant.
-"""
+"""Two independent gradient samples in one call (MoDo, SDMGrad): E[J₁J₂ᵀ] = E[J]E[J]ᵀ, while
+E[JJᵀ] carries the gradients' covariance. With ``double_sampling=True`` grads is [J₁; J₂]
+([2K, D]), the weights use A = J₁J₂ᵀ and d is taken on ½(J₁ + J₂); otherwise A = JJᵀ."""
 
 from __future__ import annotations
 
 import torch
 
+from morl.aggregators._checks import check_choice
 from morl.solvers.gramian import gramian
 
 
-def objectives(grads: torch.Tensor, double_sampling: bool, owner: str) -> int:
-    """K, the number of objectives in ``grads`` (half its rows when double sampling)."""
-    if not double_sampling:
-        return grads.shape[0]
-    if grads.shape[0] % 2:
-        raise ValueError(f"{owner} with double_sampling=True needs grads [2K, D] (two samples), got {grads.shape[0]} rows")
-    return grads.shape[0] // 2
+class DoubleSampling:
+    """Mixin: the ``double_sampling`` option and the simplex weights kept in buffer ``_WEIGHTS``."""
 
+    _WEIGHTS = "w"
 
-def cross_gramian(grads: torch.Tensor, double_sampling: bool) -> torch.Tensor:
-    """A = J₁ J₂ᵀ (two samples, not symmetric) or J Jᵀ (one sample), in the gradients' dtype."""
-    if not double_sampling:
-        return gramian(grads)
-    k = grads.shape[0] // 2
-    return grads[:k] @ grads[k:].transpose(0, 1)
+    def _init_sampling(self, double_sampling: bool) -> None:
+        check_choice(type(self).__name__, "double_sampling", double_sampling, (True, False))
+        self.double_sampling = bool(double_sampling)
+        # with two samples d is ½[w, w]·[J₁; J₂], not weights @ grads: wrappers (CR-MOGM) refuse it
+        self.direction_is_weighted = not self.double_sampling
 
+    def _cross_gramian(self, grads: torch.Tensor) -> torch.Tensor:
+        """A (float64), J₁J₂ᵀ or JJᵀ."""
+        if not self.double_sampling:
+            return gramian(grads).to(torch.float64)
+        if grads.shape[0] % 2:
+            raise ValueError(f"{type(self).__name__} with double_sampling=True needs grads [2K, D] (two samples), got {grads.shape[0]} rows")
+        k = grads.shape[0] // 2
+        return (grads[:k] @ grads[k:].transpose(0, 1)).to(torch.float64)
 
-def direction(weights: torch.Tensor, grads: torch.Tensor, double_sampling: bool) -> torch.Tensor:
-    """Σ_k w_k g_k on the one sample, or on the mean of the two (no [K, D] copy)."""
-    if not double_sampling:
-        return weights @ grads
-    return torch.cat([weights, weights]) @ grads * 0.5
+    def _direction(self, weights: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:
+        return torch.cat([weights, weights]) @ grads * 0.5 if self.double_sampling else weights @ grads
+
+    def _previous(self, like: torch.Tensor) -> torch.Tensor:
+        """The weights in ``like``'s dtype (``like`` is A), 1/K before the first call."""
+        k, value = like.shape[0], getattr(self, self._WEIGHTS)
+        if value is None:
+            return torch.full((k,), 1.0 / k, dtype=like.dtype, device=like.device)
+        if value.shape != (k,):
+            raise ValueError(f"{type(self).__name__} was stepped with K={value.shape[0]} objectives, now got K={k}; call reset() first")
+        return value.to(like)
+
+    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(like, 1.0 / like.shape[0]) if name == self._WEIGHTS else super()._initial_state(name, like)

@@ -1,35 +1,44 @@
-"""The optional ``pref_vector`` option (TorchJD's name) shared by the projection methods."""
+"""Option vectors held on the host (TorchJD's ``pref_vector``, per-task constants), copied to
+each device once, so a call never copies host→device."""
 
 from __future__ import annotations
 
 import torch
 
 
+def on_device(cache: dict, values, like: torch.Tensor) -> torch.Tensor:
+    """``values`` in ``like``'s dtype and device, copied on the first call for that pair."""
+    key = (like.device, like.dtype)
+    if key not in cache:
+        cache[key] = torch.as_tensor(values, dtype=like.dtype).to(like.device)
+    return cache[key]
+
+
 class PreferenceVector:
-    """``pref_vector``: K finite weights ≥ 0 (not all 0) combining the rows, or None for the
-    method's default (1/K or 1). Held on the host; its device copy is cached per
-    (device, dtype), so a call never copies host→device."""
+    """The option named ``_PREF``: K finite weights ≥ 0, not all 0 (> 0 each when ``strict``),
+    or None for the method's default (1/K or 1)."""
 
-    def _init_preference(self, owner: str, pref_vector) -> None:
-        self._owner = owner
-        self._pref_on: tuple | None = None
-        self.pref_vector = None
-        if pref_vector is not None:
-            p = torch.as_tensor(pref_vector, dtype=torch.float64).detach().cpu().reshape(-1)
-            if p.numel() < 1 or not bool(torch.isfinite(p).all()) or not bool((p >= 0).all()) or not bool((p > 0).any()):
-                raise ValueError(f"{owner} option pref_vector={pref_vector!r} is not valid; allowed: None or K >= 1 finite numbers >= 0, not all 0")
-            self.pref_vector = p
+    _PREF = "pref_vector"
 
-    def _preference(self, k: int, like: torch.Tensor, default: float | None) -> torch.Tensor:
+    def _init_preference(self, value, strict: bool = False) -> None:
+        self._pref_on, p = {}, None
+        if value is not None:
+            p = torch.as_tensor(value, dtype=torch.float64).detach().cpu().reshape(-1)
+            signs = (p > 0).all() if strict else (p >= 0).all() & (p > 0).any()
+            if p.numel() < 1 or not bool(torch.isfinite(p).all() & signs):
+                allowed = "> 0 each" if strict else ">= 0, not all 0"
+                raise ValueError(f"{type(self).__name__} option {self._PREF}={value!r} is not valid; allowed: None or K >= 1 finite numbers {allowed}")
+        setattr(self, self._PREF, p)
+
+    def _preference(self, k: int, like: torch.Tensor, default: float | None = None) -> torch.Tensor:
         """[K] preference in ``like``'s dtype and device; ``default`` None means 1/K."""
-        if self.pref_vector is None:
+        p = getattr(self, self._PREF)
+        if p is None:
             return torch.full((k,), 1.0 / k if default is None else default, dtype=like.dtype, device=like.device)
-        if self.pref_vector.shape[0] != k:
-            raise ValueError(f"{self._owner} pref_vector has {self.pref_vector.shape[0]} entries but got K={k} objectives")
-        key = (like.device, like.dtype)
-        if self._pref_on is None or self._pref_on[0] != key:
-            self._pref_on = (key, self.pref_vector.to(dtype=like.dtype, device=like.device))
-        return self._pref_on[1]
+        if p.shape[0] != k:
+            raise ValueError(f"{type(self).__name__} {self._PREF} has {p.shape[0]} entries but got K={k} objectives")
+        return on_device(self._pref_on, p, like)
 
     def _pref_repr(self) -> str:
-        return "None" if self.pref_vector is None else str([round(v, 6) for v in self.pref_vector.tolist()])
+        p = getattr(self, self._PREF)
+        return "None" if p is None else str([round(v, 6) for v in p.tolist()])

@@ -1,9 +1,5 @@
-"""A seeded ``torch.Generator`` per device for the aggregators that draw random numbers.
-
-Draws happen where they are used (a CPU generator for CPU input, one generator per other
-device, all seeded alike), so no call copies anything host→device; the generator states are
-extra state (uint8 tensors, safe under ``torch.load(weights_only=True)``).
-"""
+"""A seeded ``torch.Generator`` per device for the aggregators that draw random numbers: draws happen
+where they are used (no host→device copy), and the generator states are extra state."""
 
 from __future__ import annotations
 
@@ -13,7 +9,7 @@ from morl.aggregators._checks import check_number
 
 
 class SeededDraws:
-    """Mixin for an :class:`~morl.aggregators.base.Aggregator` with a ``seed`` option."""
+    """Mixin for an aggregator with a ``seed`` option."""
 
     def _init_seed(self, owner: str, seed: int) -> None:
         check_number(owner, "seed", seed, integer=True)
@@ -41,7 +37,7 @@ class SeededDraws:
     def _generator_for(self, device: torch.device) -> torch.Generator | None:
         if device.type == "cpu":
             return self.generator
-        if device.type == "meta":  # shapes only (the no-sync checks): nothing to draw
+        if device.type == "meta":  # shapes only: nothing to draw
             return None
         key = str(device)
         if key not in self._device_generators:

@@ -1,11 +1,9 @@
-"""Aligned-MTL (Senushkin et al., "Independent Component Alignment for Multi-Task Learning",
-CVPR 2023, arXiv 2305.19000, Alg. 1): align the principal components of the gradients so the
-linear system is well conditioned. With G = VΛVᵀ (the kept eigenpairs), Σ = Λ^{1/2},
+"""Aligned-MTL (Senushkin et al., CVPR 2023, arXiv 2305.19000, Alg. 1): align the principal
+components of the gradients. With G = VΛVᵀ (the kept eigenpairs),
 
-    B = sqrt(λ_scale) · V Σ⁻¹ Vᵀ,   α = B w,   d = Jᵀα,
+    B = sqrt(λ_scale) · V Λ^{-1/2} Vᵀ,   α = B w,   d = Jᵀα,
 
-λ_scale the smallest kept eigenvalue (``scale_mode="min"``, the paper), their median or
-their mean (``"median"``, ``"rmse"``), and w the preference (1/K, TorchJD).
+λ_scale the smallest kept eigenvalue ("min", the paper), their median or mean, w the preference.
 """
 
 from __future__ import annotations
@@ -20,9 +18,8 @@ SCALE_MODES = ("min", "median", "rmse")
 
 
 def balance_transformation(gram: torch.Tensor, scale_mode: str = "min") -> torch.Tensor:
-    """B ([..., K, K], float64). Eigenvalues ≤ K ε λ_max (ε of the Gramian's dtype) are
-    dropped (TorchJD's and the authors' cutoff) by a mask, not by slicing, so nothing is read
-    back to the host; an all-zero G gives B = I (as TorchJD)."""
+    """B ([..., K, K], float64); eigenvalues ≤ K ε λ_max are dropped (TorchJD's and the authors'
+    cutoff) by a mask; an all-zero G gives B = I (as TorchJD)."""
     k = gram.shape[-1]
     g = gram.to(torch.float64)
     g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, torch.zeros_like(g))  # eigh raises on NaN
@@ -49,18 +46,17 @@ def _scale(kept: torch.Tensor, keep: torch.Tensor, mode: str) -> torch.Tensor:
 
 
 class AlignedMTL(PreferenceVector, GramianAggregator):
-    """Aligned-MTL. Options: ``pref_vector`` (None: 1/K, TorchJD; LibMTL uses 1, i.e. K times
-    longer), ``scale_mode`` ∈ {"min", "median", "rmse"} ("min", the paper's Alg. 1).
-    Permutation invariant and positively homogeneous; not non-conflicting."""
+    """Aligned-MTL. Options: ``pref_vector`` (None: 1/K, TorchJD), ``scale_mode`` ("min", the
+    paper; "median", "rmse")."""
 
     def __init__(self, pref_vector=None, scale_mode: str = "min", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        self._init_preference("AlignedMTL", pref_vector)
+        self._init_preference(pref_vector)
         check_choice("AlignedMTL", "scale_mode", scale_mode, SCALE_MODES)
         self.scale_mode = scale_mode
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        w = self._preference(gram.shape[-1], gram, None).to(torch.float64)
+        w = self._preference(gram.shape[-1], gram).to(torch.float64)
         return (balance_transformation(gram, self.scale_mode) @ w).to(gram.dtype)
 
     def __repr__(self) -> str:

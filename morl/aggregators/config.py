@@ -18,8 +18,7 @@ from morl.solvers.min_norm import ZERO_ROW
 
 
 def config_weights(gram: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """Weights ([..., K], float64) of d = Jᵀ(weights) for ``gram`` [..., K, K], preference ``w``.
-    The pseudo-inverse cuts eigenvalues of UUᵀ below K ε λ_max (ε of the Gramian's dtype)."""
+    """Weights ([..., K], float64) of d for ``gram`` [..., K, K] and preference ``w``."""
     k = gram.shape[-1]
     g = gram.to(torch.float64)
     g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, torch.zeros_like(g))  # eigh raises on NaN
@@ -36,13 +35,11 @@ def config_weights(gram: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 class ConFIG(PreferenceVector, GramianAggregator):
-    """Conflict-free inverse gradients. Option ``pref_vector`` (None: 1 each, as the paper
-    and TorchJD). Permutation invariant, positively homogeneous; conflict-free when the rows
-    are linearly independent (then every g_i·u/‖g_i‖ is equal and positive), not in general."""
+    """Conflict-free inverse gradients. Option ``pref_vector`` (None: 1 each, as the paper and TorchJD)."""
 
     def __init__(self, pref_vector=None, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        self._init_preference("ConFIG", pref_vector)
+        self._init_preference(pref_vector)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         return config_weights(gram, self._preference(gram.shape[-1], gram, 1.0)).to(gram.dtype)

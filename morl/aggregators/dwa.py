@@ -1,12 +1,9 @@
-"""Dynamic weight average (Liu, Johns, Davison, CVPR 2019, arXiv 1803.10704, Sec. 3.3).
+"""Dynamic weight average (Liu, Johns, Davison, CVPR 2019, arXiv 1803.10704, Sec. 3.3):
 
-    w_k(t) = K · softmax_k(r(t−1) / T),   r_k(t−1) = L_k(t−1) / L_k(t−2),   T = 2,
+    w_k(t) = K · softmax_k(r(t−1) / T),   r_k(t−1) = L_k(t−1) / L_k(t−2),   w = 1 for t = 1, 2,
 
-with w = 1 for t = 1, 2. The paper (and LibMTL, and the authors' mtan code) counts t in
-EPOCHS and uses each epoch's average loss. Here a period is ``every`` calls (default 1: every
-step is a period, the loss of one batch is the period's loss); set ``every`` to the number of
-batches per epoch for the paper's rule, or call :meth:`end_period` at each epoch's end
-(``every=0``). Weights stay at 1 until two periods have completed.
+with t counted in periods of ``every`` calls and each period's mean loss (the paper: epochs;
+set ``every`` to the batches per epoch, or 0 and call :meth:`end_period`).
 """
 
 from __future__ import annotations
@@ -19,12 +16,8 @@ from morl.aggregators.loss_weighting import LossWeighting
 
 
 class DWA(CallCounters, LossWeighting):
-    """Dynamic weight average: weights from the ratio of the last two periods' mean losses.
-
-    Options: ``temperature`` T (2.0), ``every`` (1; 0 = periods end only at :meth:`end_period`).
-    State: ``acc`` (sum of this period's losses), ``last``/``before`` (the last two period
-    means); the call count inside the period and the periods completed are plain ints.
-    """
+    """Dynamic weight average. Options: ``temperature`` T (2.0), ``every`` (1 call per period).
+    State: ``acc`` (this period's loss sum), ``last``/``before`` (the last two period means)."""
 
     _COUNTED = {"calls": "_calls", "periods": "_periods"}  # extra-state key -> counter (CallCounters)
 
@@ -34,10 +27,8 @@ class DWA(CallCounters, LossWeighting):
         super().__init__(check_finite=check_finite)
         check_number("DWA", "temperature", temperature, strict=True)
         check_number("DWA", "every", every, integer=True)
-        self.temperature = float(temperature)
-        self.every = every
-        self._calls = 0
-        self._periods = 0
+        self.temperature, self.every = float(temperature), every
+        self._calls = self._periods = 0
 
     def loss_weights(self, losses: torch.Tensor) -> torch.Tensor:
         k = losses.shape[0]

@@ -1,19 +1,10 @@
-"""ExcessMTL (He, Zhou, Zhang, Yun, Xu, Zeng, Chilimbi, Zhao, "Robust Multi-Task Learning with
-Excess Risks", ICML 2024, arXiv 2402.02009): weights on the simplex moved, by exponentiated
-gradient, towards the tasks whose excess risk (distance to their own optimum) is largest, so
-that a task with a high but irreducible loss (label noise) does not take the weight.
+"""ExcessMTL (He et al., "Robust Multi-Task Learning with Excess Risks", ICML 2024, arXiv 2402.02009):
+exponentiated-gradient weights towards the tasks of largest excess risk,
 
-The excess risk of task k is a second-order Taylor estimate whose diagonal Hessian is
-AdaGrad's preconditioner, S_k the sum of g_k ⊙ g_k over all calls so far, this one included:
+    Ê_k = Σ_c g_kc² / sqrt(S_kc + 1e-7),   α ← softmax(log α + η Ê / (Ê⁰ + 1e-7)),   α⁰ = 1/K,
 
-    Ê_k = Σ_c g_kc² / sqrt(S_kc + 1e-7)
-
-scaled by its baseline Ê⁰_k (the paper's scale processing: the first call's Ê, or the mean
-over ``warmup`` calls), and the weights take one exponentiated-gradient step, in log space:
-
-    α ← softmax(log α + η Ê / (Ê⁰ + 1e-7)),   α⁰ = 1/K,   d = Σ_k α_k g_k.
-
-Without warm-up, the call that sets Ê⁰ steps on the unscaled Ê, as the authors' code does.
+S the running sum of g ⊙ g, Ê⁰ the first call's Ê (or the mean over ``warmup`` calls); without
+warm-up the first step uses the unscaled Ê, as the authors' code.
 """
 
 from __future__ import annotations
@@ -26,17 +17,14 @@ from morl.aggregators.base import Aggregator
 
 #: the authors' constant under the square root and in the baseline's denominator
 EPS = 1e-7
+STATE = ("sq_sum", "alpha", "baseline", "warmup_sum")
 
 
 class ExcessMTL(CallCounters, Aggregator):
-    """Excess-risk weighting. Options: ``robust_step_size`` η (1.0, the authors' default) and
-    ``warmup`` (0 calls: the first call's excess risks are the baseline; the paper suggests
-    three epochs of calls, during which the weights stay 1/K).
+    """Excess-risk weighting; the weights sum to 1 (the authors' sum to K).
 
-    State (buffers): ``sq_sum`` [K, D] (S + 1e-7, in the gradients' dtype: the method keeps
-    one number per gradient entry), ``alpha`` [K], ``baseline`` [K] (0 until set), ``warmup_sum``
-    [K]; the call count is extra state. The weights sum to 1 (the authors' code and LibMTL
-    renormalise them to sum to K: their d is K times this one).
+    Options: ``robust_step_size`` η (1.0), ``warmup`` (0 calls, weights 1/K meanwhile).
+    State: ``sq_sum`` [K, D] (S + 1e-7), ``alpha``, ``baseline`` (0 = unset), ``warmup_sum``, ``calls``.
     """
 
     _COUNTED = {"calls": "calls"}  # extra-state key -> counter (CallCounters)
@@ -46,16 +34,14 @@ class ExcessMTL(CallCounters, Aggregator):
         check_number("ExcessMTL", "robust_step_size", robust_step_size, strict=True)
         check_number("ExcessMTL", "warmup", warmup, integer=True)
         self.robust_step_size, self.warmup = float(robust_step_size), warmup
-        for name in ("sq_sum", "alpha", "baseline", "warmup_sum"):
+        for name in STATE:
             self.register_buffer(name, None)
         self.calls = 0
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         g = grads.detach()
         sq_sum, alpha, baseline, warmup_sum = self._state(g)
-        # a new tensor, never in place: the skip policy keeps the old one, and a state_dict()
-        # taken earlier stays what it was (tests/test_aggregator_contract.py)
-        sq_sum = torch.addcmul(sq_sum, g, g)  # holds S + ε: it starts at ε, one pass fewer
+        sq_sum = torch.addcmul(sq_sum, g, g)  # S + ε, a new tensor (the skip policy keeps the old one)
         scaled = torch.rsqrt(sq_sum).mul_(g)  # g / sqrt(S + ε), the one [K, D] temporary
         excess = torch.linalg.vecdot(scaled, g)  # Ê_k = Σ_c g_kc² / sqrt(S_kc + ε)
         if self.calls < self.warmup:  # collect Ê, keep the weights
@@ -68,8 +54,7 @@ class ExcessMTL(CallCounters, Aggregator):
         return alpha @ grads
 
     def _step(self, alpha, baseline, excess, warmup_sum) -> tuple[torch.Tensor, torch.Tensor]:
-        """(α after the exponentiated-gradient step, the baseline): a task's baseline is set at
-        its first step (0 marks unset, so a skipped call leaves it unset: no host read decides it)."""
+        """(α, baseline) after the exponentiated-gradient step; an unset (0) baseline is set here."""
         unset = baseline <= 0
         first = warmup_sum / self.warmup if self.warmup else excess
         new_baseline = torch.where(unset, first, baseline)
@@ -81,18 +66,12 @@ class ExcessMTL(CallCounters, Aggregator):
 
     def _state(self, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.sq_sum is None:
-            k = g.shape[0]
-            zeros = torch.zeros(k, dtype=g.dtype, device=g.device)
-            return torch.full_like(g, EPS), torch.full_like(zeros, 1.0 / k), zeros, zeros
+            return tuple(self._initial_state(n, g if n == "sq_sum" else g.new_zeros(g.shape[0])) for n in STATE)
         if self.sq_sum.shape != g.shape:
-            raise ValueError(
-                f"ExcessMTL holds statistics for gradients of shape {tuple(self.sq_sum.shape)} but got "
-                f"{tuple(g.shape)}; call reset() to start over"
-            )
-        return self.sq_sum, self.alpha, self.baseline, self.warmup_sum
+            raise ValueError(f"ExcessMTL holds statistics for gradients of shape {tuple(self.sq_sum.shape)} but got {tuple(g.shape)}; call reset() to start over")
+        return tuple(getattr(self, n) for n in STATE)
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        # what a skipped first call leaves: uniform weights, S + ε = ε, the rest zero (unset)
         if name == "alpha":
             return torch.full_like(like, 1.0 / like.shape[0])
         return torch.full_like(like, EPS) if name == "sq_sum" else super()._initial_state(name, like)

@@ -1,21 +1,7 @@
-"""FAMO, fast adaptive multitask optimization (B. Liu, Feng, Stone, Q. Liu, NeurIPS 2023,
-arXiv 2306.03792, Algorithm 1).
-
-Logits ξ, z = softmax(ξ), D_k = L_k − ℓ_k + 1e-8 (ℓ = ``min_losses``, 0 by default, the
-authors' ``min_losses`` offset). The network descends Σ_k z_k log D_k / c with
-c = Σ_k z_k / D_k held constant, i.e. the loss weights are
-
-    w_k = z_k / (c D_k)        (Σ_k w_k D_k = 1: a convex combination of log-loss gradients)
-
-After the network's step, with δ_k = log D_k(before) − log D_k(after), ξ takes one Adam
-descent step (lr ``w_lr`` = 0.025, weight decay ``gamma`` = 0.001) on the authors' ``update``
-gradient (∂z/∂ξ)ᵀδ = z ⊙ (δ − zᵀδ): tasks whose log-loss fell more than the z-average lose
-weight, the others gain it.
-
-The paper measures "after" on the SAME batch after the step: call :meth:`update` with those
-losses. Without it, the next call uses its own losses (a new batch) as "after": one extra
-forward saved, at the price of batch noise in δ (the authors' MT10 code recomputes the loss
-on the same batch; LibMTL calls ``update_w`` from its trainer).
+"""FAMO (Liu, Feng, Stone, Liu, NeurIPS 2023, arXiv 2306.03792, Algorithm 1). With z = softmax(ξ),
+D_k = L_k − ℓ_k + 1e-8: w_k = z_k / (c D_k), c = Σ_k z_k / D_k. After the network's step ξ takes
+one Adam step on z ⊙ (δ − zᵀδ), δ_k = log D_k(before) − log D_k(after), "after" measured on the
+same batch by :meth:`update`, or else the next call's losses.
 """
 
 from __future__ import annotations
@@ -24,22 +10,17 @@ import torch
 
 from morl.aggregators._adam import adam_step
 from morl.aggregators._checks import check_number
+from morl.aggregators._preference import on_device
 from morl.aggregators.loss_weighting import LossWeighting
 
 OFFSET = 1e-8  # the authors' "+ 1e-8" inside the logs
 
 
 class FAMO(LossWeighting):
-    """FAMO loss weighting; see the module docstring.
+    """FAMO. Options: ``w_lr`` (0.025, Adam's lr), ``gamma`` (0.001, weight decay), ``min_losses``
+    ℓ (0.0; one float or K). State: ``logits``, Adam's ``m``, ``v``, ``step``, ``prev`` (the
+    last call's losses) and ``pending`` (its ξ update is still due)."""
 
-    Options: ``w_lr`` (0.025), ``gamma`` (0.001) weight decay of the logits, ``min_losses``
-    (0.0) the offset ℓ: one float for every task or K floats (the authors' ``set_min_losses``,
-    e.g. known lower bounds of the losses); losses must stay above it (D is floored at 1e-8,
-    where the weight saturates). State: ``logits``, Adam's ``m``, ``v``, ``step``,
-    ``prev`` (the losses of the last call) and ``pending`` (its ξ update is still due).
-    """
-
-    #: learners call :meth:`update` with the losses after their step, on the same batch
     needs_losses_after_step = True
     _STATE = ("logits", "m", "v", "step", "prev", "pending")
 
@@ -53,20 +34,16 @@ class FAMO(LossWeighting):
             check_number("FAMO", "min_losses", value, low=-float("inf"))
         self.w_lr, self.gamma = float(w_lr), float(gamma)
         self.min_losses = tuple(float(v) for v in min_losses) if per_task else float(min_losses)
-        self._offsets: dict[tuple, torch.Tensor] = {}  # per device/dtype: no host->device copy per call
-
-    def _offset(self, losses: torch.Tensor) -> torch.Tensor | float:
-        if isinstance(self.min_losses, float):
-            return self.min_losses
-        if len(self.min_losses) != losses.shape[0]:
-            raise ValueError(f"FAMO option min_losses has {len(self.min_losses)} entries for K={losses.shape[0]} losses")
-        key = (losses.device, losses.dtype)
-        if key not in self._offsets:
-            self._offsets[key] = torch.tensor(self.min_losses, dtype=losses.dtype, device=losses.device)
-        return self._offsets[key]
+        self._offsets: dict = {}
 
     def _gap(self, losses: torch.Tensor) -> torch.Tensor:
-        return (losses - self._offset(losses) + OFFSET).clamp_min(OFFSET)  # D = L − ℓ + 1e-8
+        """D = L − ℓ + 1e-8, floored at 1e-8."""
+        offset = self.min_losses
+        if not isinstance(offset, float):
+            if len(offset) != losses.shape[0]:
+                raise ValueError(f"FAMO option min_losses has {len(offset)} entries for K={losses.shape[0]} losses")
+            offset = on_device(self._offsets, offset, losses)
+        return (losses - offset + OFFSET).clamp_min(OFFSET)
 
     def loss_weights(self, losses: torch.Tensor) -> torch.Tensor:
         self._step_logits(losses)  # the previous call's update, unless update() did it
@@ -77,7 +54,7 @@ class FAMO(LossWeighting):
         return inv / inv.sum()  # = z_k / (c D_k), c = Σ z/D
 
     def update(self, losses_after: torch.Tensor) -> None:
-        """Algorithm 1's logit step with the losses measured after the network's step (same batch)."""
+        """Algorithm 1's logit step with the losses after the network's step (same batch)."""
         if self.prev is None:
             raise ValueError("FAMO.update(losses_after) must follow a call that computed weights")
         losses_after = losses_after.detach().reshape(-1).to(self.prev)
@@ -94,7 +71,6 @@ class FAMO(LossWeighting):
         grad = z * (delta - (z * delta).sum())  # (∂z/∂ξ)ᵀ δ
         m, v, step = self._get("m", after), self._get("v", after), self._count("step", after)
         new = adam_step(xi, grad, m, v, step, self.w_lr, self.gamma)
-        # masked, not branched: whether an update is due is device state
         self.logits, self.m, self.v, self.step = (torch.where(pending, a, b) for a, b in zip(new, (xi, m, v, step)))
         self.pending = torch.zeros((), dtype=torch.bool, device=after.device)
 

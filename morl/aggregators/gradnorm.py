@@ -1,20 +1,12 @@
 """GradNorm (Chen, Badrinarayanan, Lee, Rabinovich, ICML 2018, arXiv 1711.02257, Algorithm 1).
 
-Loss weights w (Σ w = K, w(0) = 1) are trained so that each weighted gradient norm
-G_k = ‖w_k g_k‖ tracks the common target Ḡ · r_k^α:
+Loss weights w (Σ w = K, w(0) = 1) are trained so that G_k = ‖w_k g_k‖ tracks Ḡ r_k^α:
 
-    L_grad = Σ_k | G_k − Ḡ r_k^α |,  Ḡ = mean_k G_k,  r_k = L̃_k / mean_j L̃_j,  L̃_k = L_k / L_k(0),
+    L_grad = Σ_k |G_k − Ḡ r_k^α|,  Ḡ = mean_k G_k,  r_k = L̃_k / mean_j L̃_j,  L̃_k = L_k / L_k(0).
 
-with the target held constant. Each call returns d = Σ_k w_k(t) g_k with the CURRENT weights,
-then takes one step of w on ∂L_grad/∂w_k = sign(G_k − target_k) ‖g_k‖ and renormalises to
-Σ w = K (Algorithm 1). The step is Adam (lr ``lr``; the paper leaves the optimizer of w open
-and LibMTL uses the network's); weights are clipped at 0 before renormalising (the paper does
-not say how negative weights are avoided; LibMTL uses a softmax parametrisation).
-
-The norms are those of the rows given: the paper takes g_k = ∇_W L_k at the LAST SHARED
-LAYER W only, which is cheaper; pass those rows when the direction is built elsewhere, or the
-full [K, D] matrix (then d is also the update). ``needs_grads`` is True: GradNorm is not a
-pure loss weighting.
+Each call returns d = Σ_k w_k g_k with the current w, then takes one Adam step of w on
+∂L_grad/∂w_k (target held constant), clips w at 0 and renormalises to Σ w = K. The paper takes
+g_k at the last shared layer only: pass those rows, or the full [K, D] matrix.
 """
 
 from __future__ import annotations
@@ -27,11 +19,8 @@ from morl.aggregators.loss_weighting import LossWeighting
 
 
 class GradNorm(LossWeighting):
-    """GradNorm; see the module docstring.
-
-    Options: ``alpha`` (1.5, the restoring force), ``lr`` (0.025) of the Adam step on w.
-    State: ``w``, Adam's ``m``, ``v``, ``step``, ``initial`` (L(0)) and ``started``.
-    """
+    """GradNorm. Options: ``alpha`` (1.5, the restoring force), ``lr`` (0.025, Adam's on w).
+    State: ``w``, Adam's ``m``, ``v``, ``step``, ``initial`` (L(0)) and ``started``."""
 
     needs_grads = True
     _STATE = ("w", "m", "v", "step", "initial", "started")

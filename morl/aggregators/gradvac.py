@@ -1,18 +1,10 @@
 """GradVac (Wang et al., ICLR 2021, arXiv 2010.05874, Algorithm 1): PCGrad towards a target cosine.
-
-For each task i, in its own random order over j ≠ i, with φ = cos(g_i^PS, g_j) (g_j original):
+For each task i, in its own random order over j ≠ i, with φ = cos(g_i^PS, g_j):
 
     if φ < φ̂_ij:  g_i^PS ← g_i^PS + ‖g_i^PS‖ (φ̂_ij √(1−φ²) − φ √(1−φ̂_ij²)) / (‖g_j‖ √(1−φ̂_ij²)) · g_j
-    φ̂_ij ← (1 − β) φ̂_ij + β φ                                    (eq. 3, EMA of the cosines)
+    φ̂_ij ← (1 − β) φ̂_ij + β φ                                    (eq. 3)
 
-and d = mean_i g_i^PS (or the sum, the paper's Δθ). φ̂ starts at 0; with β = 0 it stays 0 and
-the correction is PCGrad's projection. The paper applies this per layer or per block of the
-network; here it acts on the whole gradient vector (one φ̂ per ordered pair of tasks).
-
-As for PCGrad every g_i^PS = Σ_k C_ik g_k, so it runs on the K×K Gramian: g_i^PS·g_j = (C G)_ij.
-The correction keeps g_i^PS's component orthogonal to g_j and sets the cosine to φ̂, so
-‖g_i^PS‖² becomes ‖g_i^PS‖² (1 − φ²) / (1 − φ̂²) exactly: it is updated by that factor, not
-recomputed from C (which would cancel badly when g_i^PS is nearly opposite to g_j).
+d = mean_i g_i^PS (or the sum); φ̂⁰ = 0. On the whole gradient (the paper: per layer), on the Gramian.
 """
 
 from __future__ import annotations
@@ -22,18 +14,15 @@ import torch
 from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators.pcgrad import REDUCTIONS, PCGrad
 
-#: floor on √(1 − φ̂²): a target of ±1 asks for an infinite correction; this caps the growth of
-#: ‖g_i^PS‖ at 1/SIN_FLOOR per partner (TorchJD and LibMTL add 1e-8 to the denominator instead)
+#: floor on √(1 − φ̂²): a target of ±1 would ask for an infinite correction
 SIN_FLOOR = 1e-8
 
 
 class GradVac(PCGrad):
-    """Gradient vaccine. Stateful: the K×K target cosines φ̂ (buffer ``targets``, float64).
+    """Gradient vaccine; the K×K target cosines φ̂ are the buffer ``targets``.
 
-    Options: ``beta`` (0.01, the EMA rate of the paper; 0 keeps every target at 0: PCGrad),
-    ``seed`` (0; the task orders, one permutation of the other K − 1 tasks per task, drawn as
-    TorchJD's GradVac draws them from the global generator), ``reduction`` "mean" (default)
-    or "sum" (the paper's Algorithm 1, TorchJD, LibMTL).
+    Options: ``beta`` (0.01, the paper's EMA rate), ``seed`` (0; the task orders, drawn as
+    TorchJD), ``reduction`` "mean" (default) or "sum" (the paper, TorchJD, LibMTL).
     """
 
     def __init__(self, beta: float = 0.01, seed: int = 0, reduction: str = "mean", check_finite: str = "raise") -> None:
@@ -69,6 +58,7 @@ class GradVac(PCGrad):
             safe_j = torch.where(fix, norm_j, 1.0).sqrt()
             step = torch.where(fix, own.sqrt() * (target * sin - phi * sin_t) / (safe_j * sin_t), 0.0)
             coef = coef.index_put((rows, j), coef[rows, j] + step)
+            # ‖g_i^PS‖² × (1 − φ²)/(1 − φ̂²) in closed form: recomputing it from coef cancels badly
             own = torch.where(fix, own * (sin * sin) * (target * target + sin_t * sin_t) / (sin_t * sin_t), own)
             targets = targets.index_put((rows, j), (1.0 - self.beta) * target + self.beta * phi)
         self.targets = targets.detach()  # state must not hold the autograd graph of past calls
@@ -83,8 +73,7 @@ class GradVac(PCGrad):
         return self.targets.to(like)
 
     def _draw_orders(self, k: int, device: torch.device) -> torch.Tensor:
-        """[K, K − 1]: row i is a random order of the tasks j ≠ i. One ``randperm(K − 1)`` per
-        task, in task order, mapped onto the others as TorchJD does (same seed, same orders)."""
+        """[K, K − 1]: row i a random order of the tasks j ≠ i, one ``randperm(K − 1)`` each (TorchJD's)."""
         gen = self._generator_for(device)
         perms = torch.stack([torch.randperm(k - 1, generator=gen, device=device) for _ in range(k)])
         return perms + (perms >= torch.arange(k, device=device).unsqueeze(1)).to(perms.dtype)

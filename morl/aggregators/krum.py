@@ -1,12 +1,10 @@
-"""Krum and Multi-Krum (Blanchard et al., NeurIPS 2017, arXiv 1703.02757, Section 4 and 5).
-
-With f of the K rows possibly Byzantine (arbitrary), each row i is scored by
+"""Krum and Multi-Krum (Blanchard et al., NeurIPS 2017, arXiv 1703.02757, Sections 4 and 5): with f
+of the K rows possibly Byzantine, score each row by
 
     s(i) = Σ_{j ∈ N(i)} ‖g_i − g_j‖²,   N(i) = its K − f − 2 nearest other rows,
 
-and Krum returns the row of least score (Multi-Krum: the mean of the m rows of least score).
-Distances come from the Gramian, ‖g_i − g_j‖² = G_ii + G_jj − 2G_ij: one pass over [K, D].
-The resilience proof needs K > 2f + 2 (Proposition 1), which the call enforces for f ≥ 1.
+and return the row of least score (Multi-Krum: the mean of the m best). Distances come from the
+Gramian. The resilience proof needs K > 2f + 2 (Proposition 1), enforced for f ≥ 1.
 """
 
 from __future__ import annotations
@@ -20,14 +18,10 @@ SCORES = ("squared", "distance")
 
 
 class Krum(GramianAggregator):
-    """Byzantine-robust selection of the most central row(s).
+    """Byzantine-robust selection of the most central row(s); ties go to the lower index.
 
-    Options: ``n_byzantine`` f (0; f ≥ 1 needs K ≥ 2f + 3), ``m`` (1 = Krum; m > 1 =
-    Multi-Krum, the mean of the m best rows, at most K − f), ``score`` "squared" (the paper's
-    sum of squared distances) or "distance" (the sum of distances, TorchJD's ``Krum``). Ties
-    go to the lower row index, so Krum is permutation invariant only without ties (with one
-    neighbour, K − f − 2 = 1, two mutual nearest rows always tie). With f = 0 and K ≤ 2 no
-    row has neighbours: every score is 0 and the first m rows are taken.
+    Options: ``n_byzantine`` f (0), ``m`` (1 = Krum; m > 1 = Multi-Krum, at most K − f),
+    ``score`` "squared" (the paper) or "distance" (TorchJD's ``Krum``).
     """
 
     def __init__(self, n_byzantine: int = 0, m: int = 1, score: str = "squared", check_finite: str = "raise") -> None:
@@ -38,27 +32,22 @@ class Krum(GramianAggregator):
         self.n_byzantine, self.m, self.score = n_byzantine, m, score
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        k = gram.shape[0]
-        self._check_k(k)
-        g = gram.to(torch.float64)
-        sq = torch.diagonal(g)
-        # G_ii + G_jj − (G_ij + G_ji): exactly symmetric (IEEE sums commute), so mutual nearest
-        # neighbours tie exactly at any scale; a rounded negative distance is 0
-        dist = (sq.unsqueeze(0) + sq.unsqueeze(1) - (g + g.T)).clamp(min=0.0)
-        if self.score == "distance":
-            dist = dist.sqrt()
-        dist.fill_diagonal_(float("inf"))  # a row is not its own neighbour
-        near = max(k - self.n_byzantine - 2, 0)
-        scores = torch.sort(dist, dim=1).values[:, :near].sum(1)
-        best = torch.sort(scores, stable=True).indices[: self.m]
-        return torch.zeros(k, dtype=g.dtype, device=g.device).index_fill(0, best, 1.0 / self.m)
-
-    def _check_k(self, k: int) -> None:
-        f = self.n_byzantine
+        k, f = gram.shape[0], self.n_byzantine
         if f > 0 and k < 2 * f + 3:
             raise ValueError(f"Krum option n_byzantine={f} is not valid for K={k} rows; allowed: K >= 2*n_byzantine + 3 (K > 2f + 2)")
         if self.m > k - f:
             raise ValueError(f"Krum option m={self.m} is not valid for K={k} rows and n_byzantine={f}; allowed: 1 <= m <= K - n_byzantine")
+        g = gram.to(torch.float64)
+        sq = torch.diagonal(g)
+        # G_ii + G_jj − (G_ij + G_ji): exactly symmetric, so mutual nearest neighbours tie exactly
+        dist = (sq.unsqueeze(0) + sq.unsqueeze(1) - (g + g.T)).clamp(min=0.0)
+        if self.score == "distance":
+            dist = dist.sqrt()
+        dist.fill_diagonal_(float("inf"))  # a row is not its own neighbour
+        near = max(k - f - 2, 0)
+        scores = torch.sort(dist, dim=1).values[:, :near].sum(1)
+        best = torch.sort(scores, stable=True).indices[: self.m]
+        return torch.zeros(k, dtype=g.dtype, device=g.device).index_fill(0, best, 1.0 / self.m)
 
     def __repr__(self) -> str:
         return f"Krum(n_byzantine={self.n_byzantine}, m={self.m}, score={self.score!r})"

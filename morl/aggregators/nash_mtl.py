@@ -1,15 +1,7 @@
-"""Nash-MTL (Navon et al., "Multi-Task Learning as a Bargaining Game", ICML 2022, arXiv 2202.01017).
-
-The update is the Nash bargaining solution of the K tasks over directions in a ball: by the
-paper's Sec. 3 it is d = Σ_k α_k g_k with α > 0 solving
-
-    G α = 1/α      (elementwise; G = J Jᵀ),
-
-so g_k·d = 1/α_k > 0 for every task and ‖d‖² = αᵀGα = K. The authors then clip ‖d‖ to
-``max_norm`` (their ``clip_grad_norm_`` after the backward; 1.0), reuse α for
-``update_weights_every`` calls and warm-start each solve from the previous α. The condition
-is solved by Newton's method on its convex potential (:mod:`morl.solvers.alpha_fair`), not by
-the authors' concave-convex sequence of cvxpy problems (Alg. 1, ``optim_niter`` = 20).
+"""Nash-MTL (Navon et al., "Multi-Task Learning as a Bargaining Game", ICML 2022, arXiv 2202.01017):
+the Nash bargaining solution (Sec. 3) d = Σ_k α_k g_k, α > 0 solving G α = 1/α elementwise, by
+Newton's method (:mod:`morl.solvers.alpha_fair`). As the authors' code, ‖d‖ is clipped to
+``max_norm`` and α reused for ``update_weights_every`` calls and warm-started.
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ from morl.solvers.alpha_fair import alpha_fair_solve
 
 
 def clip_weights(gram: torch.Tensor, w: torch.Tensor, max_norm: float) -> torch.Tensor:
-    """``w`` scaled so that ‖Σ w_k g_k‖ = sqrt(wᵀGw) ≤ ``max_norm`` (0: no clipping); on the K×K."""
+    """``w`` scaled so that ‖Σ w_k g_k‖ = sqrt(wᵀGw) ≤ ``max_norm`` (0: no clipping)."""
     if max_norm <= 0:
         return w
     g = gram.to(torch.float64)
@@ -32,15 +24,9 @@ def clip_weights(gram: torch.Tensor, w: torch.Tensor, max_norm: float) -> torch.
 
 
 class NashMTL(CallCounters, GramianAggregator):
-    """Nash bargaining weights, solved on the K×K Gramian in its own units.
-
-    Options: ``max_norm`` (1.0; clip ‖d‖, 0 disables), ``update_weights_every`` (1: solve at
-    every call; n: solve every n-th call and reuse the stored α in between, as the authors'
-    code), ``max_iter`` (50 Newton steps; full-rank problems take 5–10) and ``tol`` (1e-8,
-    relative violation of α_k(Gα)_k = 1). At a Pareto-stationary input (up to rounding) no
-    bargaining solution exists and d = 0 (the disagreement point). Unconverged solves count in
-    ``not_converged``. State: ``alpha`` (the last α, unclipped; warm start and reuse).
-    """
+    """Nash-MTL; d = 0 at a Pareto-stationary input. Options: ``max_norm`` (1.0; 0: no clipping),
+    ``update_weights_every`` (1), ``max_iter`` (50 Newton steps), ``tol`` (1e-8, relative).
+    State: ``alpha`` (the last α, unclipped)."""
 
     _COUNTED = {"step": "_step"}  # extra-state key -> counter (CallCounters)
 
@@ -55,15 +41,12 @@ class NashMTL(CallCounters, GramianAggregator):
         check_number("NashMTL", "update_weights_every", update_weights_every, low=1, integer=True)
         check_number("NashMTL", "max_iter", max_iter, low=1, integer=True)
         check_number("NashMTL", "tol", tol, strict=True)
-        self.max_norm = float(max_norm)
+        self.max_norm, self.max_iter, self.tol = float(max_norm), max_iter, float(tol)
         self.update_weights_every = update_weights_every
-        self.max_iter = max_iter
-        self.tol = float(tol)
         self._step = 0
         self.register_buffer("alpha", None)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        """Clipped Nash weights for ``gram`` = J Jᵀ in the gradients' units (any scale)."""
         k = gram.shape[-1]
         prev = self.alpha if self.alpha is not None and self.alpha.shape == (k,) else None
         if prev is not None and self._step % self.update_weights_every != 0:

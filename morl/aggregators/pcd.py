@@ -1,20 +1,8 @@
-"""PCD, Priority-Constrained Descent (Varam et al., "Not All Objectives Are Born Equal:
-Priority-Constrained Descent for Hierarchical Multi-Objective Optimization", TMLR 2026,
-arXiv 2606.29521): follow the primary objective's gradient as closely as possible while
-every secondary objective keeps a fraction τ of the first-order progress its own normalised
-gradient would give,
-
-    d̃ = argmin_d ½‖d − g̃₁‖²   s.t.   g̃_jᵀd ≥ τ_j‖g̃_j‖²   (j = 2..K),
-
-on normalised rows g̃_i = s_i g_i, s_i = 1/sqrt(v̂_i + ε), v̂_i the bias-corrected exponential
-moving average (decay β) of ‖g_i‖² over the calls. The output is d̃ rescaled to ‖g₁‖. Row 0
-of the input is the primary objective. The QP is solved exactly on the Gramian
-(:mod:`morl.solvers.priority_qp`); its weights are d = Σ_i w_i g_i with w = s ∘ [1, μ] times
-the rescaling.
-
-Special cases, as the paper and TorchJD: g₁ = 0 gives d = 0; constraints that no d meets
-together (K ≥ 3, e.g. two opposite secondary gradients) are dropped, d = g₁; d̃ = 0 up to the
-Gramian's rounding gives d = 0.
+"""PCD, Priority-Constrained Descent (Varam et al., TMLR 2026, arXiv 2606.29521): follow the primary
+objective (row 0) while each secondary keeps a fraction τ_j of its own progress,
+d̃ = argmin ½‖d − g̃₁‖² s.t. g̃_jᵀd ≥ τ_j‖g̃_j‖², on rows g̃_i = g_i / sqrt(v̂_i + ε), v̂ the
+bias-corrected moving average (decay β) of ‖g_i‖²; d = d̃ rescaled to ‖g₁‖. As the paper and
+TorchJD: g₁ = 0 gives d = 0; constraints no d meets together are dropped (d = g₁).
 """
 
 from __future__ import annotations
@@ -24,6 +12,7 @@ import warnings
 import torch
 
 from morl.aggregators._checks import check_number
+from morl.aggregators._preference import on_device
 from morl.aggregators.base import GramianAggregator
 from morl.solvers.priority_qp import dual_terms, solve_masked
 
@@ -32,13 +21,8 @@ SLOW_K = 300
 
 
 class PCD(GramianAggregator):
-    """Priority-constrained descent; row 0 is the primary objective.
-
-    Options: ``tau`` (0.02; one fraction in [0, 1] for every secondary objective, or a list of
-    K − 1), ``beta`` (0.999, in [0, 1)), ``eps`` (1e-8) and ``max_iter`` (None: 3K + 10 steps
-    of the active-set solver; an unfinished solve counts in ``not_converged``). State
-    (buffers): ``sq_norm_ema`` [K] (float64) and ``steps``.
-    """
+    """PCD. Options: ``tau`` (0.02, or K − 1 values in [0, 1]), ``beta`` (0.999), ``eps`` (1e-8),
+    ``max_iter`` (None: 3K + 10 active-set steps). State: ``sq_norm_ema`` [K] and ``steps``."""
 
     gramian_in_units = True  # the moving average is of ‖g_k‖² in the gradients' units
 
@@ -60,16 +44,15 @@ class PCD(GramianAggregator):
         self.beta, self.eps, self.max_iter = float(beta), float(eps), max_iter
         self.register_buffer("sq_norm_ema", None)
         self.register_buffer("steps", None)
-        self._tau_on: torch.Tensor | None = None  # a tau list, copied to the Gramian's device once
+        self._tau_on: dict = {}
         self._warned_slow = False
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        """Weights for ``gram`` = J Jᵀ ([K, K], the gradients' units); updates the average."""
         k = gram.shape[-1]
-        taus = self._taus(k, gram.device)
+        g = gram.to(torch.float64)
+        taus = self._taus(k, g)
         self._warn_if_slow(k)
         precision = 10.0 * torch.finfo(gram.dtype).eps
-        g = gram.to(torch.float64)
         scales = self._update_scales(torch.diagonal(g))
         normalised = g * scales.unsqueeze(-1) * scales.unsqueeze(-2)
         w = torch.ones(k, dtype=torch.float64, device=g.device)  # [1, μ]: d̃ = g̃₁ + Σ μ_j g̃_j
@@ -84,15 +67,12 @@ class PCD(GramianAggregator):
         w = torch.where(ok, w * scales * torch.sqrt(g[0, 0] / torch.where(ok, d_sq, 1.0)), 0.0)
         return w.to(gram.dtype)
 
-    def _taus(self, k: int, device: torch.device) -> torch.Tensor:
-        """[K − 1] float64 τ on ``device`` (a call never copies host→device but the first)."""
+    def _taus(self, k: int, like: torch.Tensor) -> torch.Tensor:
         if not isinstance(self.tau, list):
-            return torch.full((k - 1,), self.tau, dtype=torch.float64, device=device)
+            return torch.full((k - 1,), self.tau, dtype=like.dtype, device=like.device)
         if len(self.tau) != k - 1:
             raise ValueError(f"PCD option tau has {len(self.tau)} values; allowed: one per secondary objective ({k - 1} for K = {k})")
-        if self._tau_on is None or self._tau_on.device != device:
-            self._tau_on = torch.tensor(self.tau, dtype=torch.float64).to(device)
-        return self._tau_on
+        return on_device(self._tau_on, self.tau, like)
 
     def _warn_if_slow(self, k: int) -> None:
         if k >= SLOW_K and not self._warned_slow:
@@ -105,8 +85,7 @@ class PCD(GramianAggregator):
             )
 
     def _update_scales(self, sq_norms: torch.Tensor) -> torch.Tensor:
-        """s = 1/sqrt(v̂ + ε) after the average takes this call's ‖g_i‖² (0 where v̂ + ε = 0: a
-        row that was always zero, with ε = 0)."""
+        """s = 1/sqrt(v̂ + ε) after this call's ‖g_i‖² enters the average (0 where v̂ + ε = 0)."""
         ema, steps = self.sq_norm_ema, self.steps
         if ema is None:
             ema = torch.zeros_like(sq_norms)

@@ -1,12 +1,9 @@
-"""PCGrad (Yu et al., NeurIPS 2020, arXiv 2001.06782, Algorithm 1): project away the conflicts.
+"""PCGrad (Yu et al., NeurIPS 2020, arXiv 2001.06782, Algorithm 1): for each task i, in its own
+random order over the tasks j ≠ i (g_j the original gradients),
 
-For each task i, in its own random order over the tasks j ≠ i:
+    if g_i^PC · g_j < 0:  g_i^PC ← g_i^PC − (g_i^PC · g_j / ‖g_j‖²) g_j,      d = Σ_i g_i^PC (or the mean).
 
-    if g_i^PC · g_j < 0:  g_i^PC ← g_i^PC − (g_i^PC · g_j / ‖g_j‖²) g_j
-
-(g_j is the ORIGINAL gradient, as in the paper), and d = Σ_i g_i^PC (or the mean). Every g_i^PC
-is a combination Σ_k C_ik g_k of the original rows, so the procedure runs on the K×K Gramian
-(g_i^PC · g_j = (C G)_ij), all K tasks at once, one position of their orders per step.
+Every g_i^PC = Σ_k C_ik g_k, so it runs on the K×K Gramian, all tasks at once.
 """
 
 from __future__ import annotations
@@ -21,13 +18,9 @@ REDUCTIONS = ("mean", "sum")
 
 
 class PCGrad(SeededDraws, GramianAggregator):
-    """Projecting conflicting gradients.
-
-    Options: ``seed`` (0) seeds the ``torch.Generator`` that draws the task orders (one
-    ``randperm(K)`` per task and call, as the reference code and TorchJD), so runs are
-    reproducible and the generator state is checkpointed; ``reduction`` "mean" (default; the
-    scale of the mean loss) or "sum" (the paper's Algorithm 1 and the scale of the sum loss).
-    """
+    """Projecting conflicting gradients. Options: ``seed`` (0; the task orders, one
+    ``randperm(K)`` per task and call, as TorchJD), ``reduction`` "mean" (default) or "sum"
+    (the paper's Algorithm 1)."""
 
     def __init__(self, seed: int = 0, reduction: str = "mean", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)

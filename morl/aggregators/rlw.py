@@ -1,11 +1,7 @@
-"""Random loss weighting (Lin, Ye, Zhang, Tsang, "Reasonable Effectiveness of Random Weighting:
-A Litmus Test for Multi-Task Learning", TMLR 2022, arXiv 2111.10603).
-
-Every step draws fresh weights w = f(z), z ~ p, independent of the losses and gradients, and
-descends Σ_k w_k L_k (RLW; on a [K, D] matrix the same w gives Σ_k w_k g_k). The default is the
-paper's and LibMTL's: z ~ N(0, I), w = softmax(z). The authors' LibMTL also offered uniform and
-Dirichlet draws (through the same softmax), Bernoulli(½) draws (an all-zero draw redrawn; 0/1
-weights, not normalised) and "constrained Bernoulli" (one task chosen uniformly, weight 1).
+"""Random loss weighting (Lin, Ye, Zhang, Tsang, TMLR 2022, arXiv 2111.10603): every step draws
+fresh weights w = softmax(z), z ~ N(0, I), independent of losses and gradients. LibMTL's other
+draws: uniform and Dirichlet (through the same softmax), Bernoulli(½) (all-zero redrawn) and
+"constrained Bernoulli" (one task, weight 1).
 """
 
 from __future__ import annotations
@@ -17,8 +13,7 @@ from morl.aggregators._seeded import SeededDraws
 from morl.aggregators.loss_weighting import LossWeighting
 
 DISTRIBUTIONS = ("normal", "uniform", "dirichlet", "bernoulli", "constrained_bernoulli")
-#: Bernoulli rows drawn at once: the first non-zero one is the rejection sampler's draw; all
-#: of them are zero with probability 2^(−64K) (then the last, zero, row is used).
+#: Bernoulli rows drawn at once: the first non-zero one is the rejection sampler's draw
 BERNOULLI_ROWS = 64
 
 
@@ -41,14 +36,8 @@ def draw_weights(k: int, distribution: str, gen, dtype: torch.dtype, device: tor
 
 
 class RLW(SeededDraws, LossWeighting):
-    """Random loss weighting: fresh random weights at every call, from a seeded generator.
-
-    Options: ``distribution`` ("normal": softmax of N(0, I), the paper's default; "uniform",
-    "dirichlet", "bernoulli", "constrained_bernoulli" as in the authors' LibMTL), ``seed`` (0).
-    The draws are made on the losses' (or gradients') device, in their dtype, by one generator
-    per device (saved by ``state_dict()``). Needs neither the losses nor the gradients: learners
-    backpropagate ``weighted_loss(losses)`` once.
-    """
+    """Random loss weighting. Options: ``distribution`` ("normal", the paper's; or one of
+    :data:`DISTRIBUTIONS`), ``seed`` (0)."""
 
     needs_losses = False
 
@@ -58,16 +47,12 @@ class RLW(SeededDraws, LossWeighting):
         self.distribution = distribution
         self._init_seed("RLW", seed)
 
-    def loss_weights(self, losses: torch.Tensor) -> torch.Tensor:
-        return self._draw(losses.shape[0], losses)
+    def loss_weights(self, like: torch.Tensor) -> torch.Tensor:
+        return draw_weights(like.shape[0], self.distribution, self._generator_for(like.device), like.dtype, like.device)
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        w = self._draw(grads.shape[0], grads)
-        self.weights = w
-        return w @ grads
-
-    def _draw(self, k: int, like: torch.Tensor) -> torch.Tensor:
-        return draw_weights(k, self.distribution, self._generator_for(like.device), like.dtype, like.device)
+        self.weights = self.loss_weights(grads)  # no losses needed: drawn like the gradients
+        return self.weights @ grads
 
     def __repr__(self) -> str:
         return f"RLW(distribution={self.distribution!r}, seed={self.seed})"

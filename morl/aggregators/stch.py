@@ -1,19 +1,11 @@
-"""Smooth Tchebycheff scalarization (Lin, Zhang, Liu, Zhang, Zhang, ICML 2024, arXiv 2402.19078).
+"""Smooth Tchebycheff scalarization (Lin et al., ICML 2024, arXiv 2402.19078):
 
     g_μ(L) = μ log Σ_k exp((f_k − z_k) / μ),   w_k = ∂g/∂L_k,
 
-a smooth max of the objectives' gaps to an ideal point z (μ → 0: the Tchebycheff max). How
-f and z are formed (``ideal``):
-
-* ``"nadir"`` (default: the authors' MTL code, ``STCH_MTL/LibMTL/weighting/STCH.py``):
-  f_k = log(L_k / n_k), z = 0, objective multiplied by K, so w = K softmax(f/μ)_k / L_k.
-  n is the mean loss over the ``warmup`` first calls, during which the objective is
-  Σ_k log L_k (w = 1/L, the authors' warm-up). ``warmup=0``: n = the first call's losses
-  (whose STCH weights are then exactly 1/L). The authors warm up for 4 EPOCHS and average the
-  losses of the last warm-up epoch only; here warm-up is counted in calls and averages all.
-* ``"min"``: f = L, z = the element-wise minimum of the losses seen so far (this call
-  included): the paper's ideal point estimated online; w = softmax((L − z)/μ).
-* ``"zero"``: f = L, z = 0: w = softmax(L/μ).
+a smooth max of the gaps to an ideal point z. ``ideal``: "nadir" (the authors' MTL code):
+f_k = log(L_k / n_k), z = 0, times K, so w = K softmax(f/μ)_k / L_k, n the mean loss over the
+``warmup`` first calls (w = 1/L meanwhile; warmup=0: the first call's losses); "min": f = L,
+z = the running minimum of the losses; "zero": f = L, z = 0.
 """
 
 from __future__ import annotations
@@ -27,12 +19,8 @@ IDEALS = ("nadir", "min", "zero")
 
 
 class STCH(LossWeighting):
-    """Smooth Tchebycheff weights; see the module docstring.
-
-    Options: ``mu`` (1.0, the authors' ``STCH_mu``), ``ideal`` ("nadir"), ``warmup`` (0 calls;
-    "nadir" only). State: ``acc`` and ``seen`` (warm-up sum and count), ``nadir``,
-    ``low`` (running minimum, "min").
-    """
+    """Smooth Tchebycheff weights. Options: ``mu`` (1.0), ``ideal`` ("nadir"), ``warmup`` (0
+    calls). State: ``acc`` and ``seen`` (warm-up sum and count), ``nadir``, ``low`` ("min")."""
 
     _STATE = ("acc", "seen", "nadir", "low")
 
@@ -54,19 +42,13 @@ class STCH(LossWeighting):
         if self.ideal == "min":
             self.low = torch.minimum(self._get("low", losses), losses)
             return torch.softmax((losses - self.low) / self.mu, dim=0)
-        return self._nadir_weights(losses)
-
-    def _nadir_weights(self, losses: torch.Tensor) -> torch.Tensor:
-        seen = self._count("seen", losses)
+        seen, acc = self._count("seen", losses), self._get("acc", losses)
         warming = seen < self.warmup
-        # the nadir is fixed when the warm-up ends (or from the first call when warmup=0)
-        acc = torch.where(warming | (seen == 0), self._get("acc", losses) + losses, self._get("acc", losses))
-        count = torch.where(warming | (seen == 0), seen + 1, seen)
-        nadir = positive(acc / count)
-        self.acc, self.seen = acc, count
-        self.nadir = nadir
+        adding = warming | (seen == 0)  # the nadir is fixed when the warm-up ends (at once for warmup=0)
+        self.acc, self.seen = torch.where(adding, acc + losses, acc), torch.where(adding, seen + 1, seen)
+        self.nadir = positive(self.acc / self.seen)
         floored = positive(losses)
-        stch = losses.shape[0] * torch.softmax(torch.log(floored / nadir) / self.mu, dim=0) / floored
+        stch = losses.shape[0] * torch.softmax(torch.log(floored / self.nadir) / self.mu, dim=0) / floored
         return torch.where(warming, 1.0 / floored, stch)
 
     def __repr__(self) -> str:

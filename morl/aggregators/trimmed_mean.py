@@ -1,7 +1,5 @@
-"""Coordinate-wise trimmed mean (Yin et al., ICML 2018, arXiv 1803.01498, Definition 2).
-
-For each coordinate c, drop the ``trim`` largest and the ``trim`` smallest of g_1c..g_Kc and
-average the K − 2·trim others. One sort over K per coordinate: O(KD log K).
+"""Coordinate-wise trimmed mean (Yin et al., ICML 2018, arXiv 1803.01498, Definition 2): per
+coordinate, drop the ``trim`` largest and ``trim`` smallest of g_1c..g_Kc and average the rest.
 """
 
 from __future__ import annotations
@@ -13,16 +11,10 @@ from morl.aggregators.base import Aggregator
 
 
 class TrimmedMean(Aggregator):
-    """Byzantine-robust coordinate-wise trimmed mean.
+    """Byzantine-robust coordinate-wise trimmed mean. Option ``trim`` (0 = the mean; K ≥ 2·trim + 1;
+    TorchJD's ``trim_number``). ``weights`` are a summary: row k's share of the kept entries."""
 
-    Options: ``trim`` (0 = the mean; set it to the number of rows that may be corrupted; K must
-    be ≥ 2·trim + 1). The paper's β-trimmed mean is ``trim = βK``; TorchJD's ``trim_number``
-    is ``trim``. ``weights`` are a summary, not the direction's coefficients: row k's share of
-    the kept entries, divided by K − 2·trim (1/K each when nothing is trimmed).
-    """
-
-    #: d is not ``weights @ grads`` (each coordinate keeps other rows): no CR-MOGM around it
-    direction_is_weighted = False
+    direction_is_weighted = False  # each coordinate keeps other rows
 
     def __init__(self, trim: int = 0, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)

@@ -1,11 +1,6 @@
 """UPGrad (Quinton & Rey, "Jacobian Descent for Multi-Objective Optimization", arXiv 2406.16232,
-eq. 5 and Proposition 1): project each gradient onto the dual cone of all of them, then average.
-
-    d = Σ_i p_i π_J(g_i),   π_J(g) = argmin_{x : Jx ≥ 0} ‖x − g‖   (p_i = 1/K by default).
-
-Through the Gramian, π_J(p_i g_i) = Jᵀv_i with v_i = argmin_{v ≥ p_i e_i} vᵀGv, so the weights
-are Σ_i v_i. The K box-constrained QPs share G and are solved together
-(:func:`morl.solvers.dual_cone.project_to_dual_cone`).
+eq. 5 and Proposition 1): project each gradient onto the dual cone of all of them, then average,
+d = Σ_i p_i π_J(g_i) = Jᵀ Σ_i v_i, v_i = argmin_{v ≥ p_i e_i} vᵀGv (:mod:`morl.solvers.dual_cone`).
 """
 
 from __future__ import annotations
@@ -21,34 +16,31 @@ from morl.solvers.dual_cone import EXACT_MAX_K, project_to_dual_cone, warn_if_sl
 class UPGrad(PreferenceVector, GramianAggregator):
     """Unconflicting projection of gradients.
 
-    Options: ``pref_vector`` (None: 1/K each, as TorchJD), ``reg_eps`` (0: the exact
-    projection; TorchJD's default 1e-4 adds 1e-4·tr(G) to G's diagonal, which shortens d and
-    lets it conflict by up to that much), and for the iterative solver used for K > 10 (K ≤ 10
-    is exact) ``max_iter`` (100 FISTA steps) and ``tol`` (1e-10: an active row whose
-    multiplier is below −tol·scale is freed). A call whose K solves did not all converge
-    counts once in ``not_converged``. Large K warns once about the cost.
-    Non-conflicting, permutation invariant, positively homogeneous (d(aJ) = a·d(J)).
+    Options: ``pref_vector`` (None: 1/K, TorchJD), ``reg_eps`` (0: exact; TorchJD's 1e-4 adds
+    1e-4·tr(G) to G's diagonal), and for K > 10 (iterative) ``max_iter`` (100 FISTA steps) and
+    ``tol`` (1e-10, the relative multiplier below which an active row is freed).
     """
 
     def __init__(
         self, pref_vector=None, reg_eps: float = 0.0, max_iter: int = 100, tol: float = 1e-10, check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
-        self._init_preference("UPGrad", pref_vector)
-        check_number("UPGrad", "reg_eps", reg_eps)
-        check_number("UPGrad", "max_iter", max_iter, low=1, integer=True)
-        check_number("UPGrad", "tol", tol)
+        name = type(self).__name__
+        self._init_preference(pref_vector)
+        check_number(name, "reg_eps", reg_eps)
+        check_number(name, "max_iter", max_iter, low=1, integer=True)
+        check_number(name, "tol", tol)
         self.reg_eps, self.max_iter, self.tol = float(reg_eps), max_iter, float(tol)
         self._warned_slow = False
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[-1]
         self._warned_slow = self._warned_slow or warn_if_slow("UPGrad", k, k)
-        u = torch.diag_embed(self._preference(k, gram, None))  # row i: p_i e_i
+        u = torch.diag_embed(self._preference(k, gram))  # row i: p_i e_i
         v, converged = project_to_dual_cone(with_trace_ridge(gram, self.reg_eps), u, self.max_iter, self.tol)
         if k > EXACT_MAX_K:
             self._count_not_converged(converged.all(-1))
         return v.sum(-2).to(gram.dtype)
 
     def __repr__(self) -> str:
-        return f"UPGrad(pref_vector={self._pref_repr()}, reg_eps={self.reg_eps:g})"
+        return f"{type(self).__name__}(pref_vector={self._pref_repr()}, reg_eps={self.reg_eps:g})"

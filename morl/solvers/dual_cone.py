@@ -1,24 +1,11 @@
-"""Projection onto the dual cone of the gradients, solved on their K×K Gramian.
+"""Projection onto the dual cone {x : Jx ≥ 0} of the gradients, on their K×K Gramian.
 
-The dual cone of the rows of J is {x : Jx ≥ 0}. The projection of Jᵀu onto it is Jᵀv with
-
-    v = argmin_{v ≥ u} vᵀ G v,    G = J Jᵀ
-
-(Quinton & Rey, arXiv 2406.16232, Proposition 1): a QP with box constraints only. UPGrad
-solves it for u = p_i e_i (K right-hand sides sharing G), DualProj for u = p.
-
-The QP is solved in float64 on the equilibrated Gramian Ĝ = D⁻¹GD⁻¹ + ρI (D = diag‖g_k‖,
-ρ = :func:`ridge_for` the Gramian's dtype) in z = Dv ≥ c = Du, so rows whose norms differ by
-1e6 are solved as accurately as equal ones. By the KKT conditions the ridge leaves
-g_k·d ≥ −ρ‖g_k‖²v_k.
-
-K ≤ :data:`EXACT_MAX_K`: exact, by enumerating the free sets F (z > c): on F the gradient
-vanishes, Ĝ_FF z_F = −Ĝ_FA c_A; every candidate clamped to z ≥ c is feasible, so the one of
-least objective is the optimum. Larger K: accelerated projected gradient (FISTA with gradient
-restart) finds the free set, and primal active-set steps (Lawson & Hanson's NNLS, "Solving
-Least Squares Problems", 1974, ch. 23, with Bertsekas' projection arc) make it exact. Each
-step solves one masked K×K system per right-hand side (UPGrad: K of them, ~K⁴ work), so a
-call that may take over ~5 s warns once (:func:`warn_if_slow`).
+The projection of Jᵀu is Jᵀv with v = argmin_{v ≥ u} vᵀGv (Quinton & Rey, arXiv 2406.16232,
+Prop. 1): UPGrad solves it for u = p_i e_i (K right-hand sides), DualProj for u = p. It is solved
+in float64 on the equilibrated Ĝ = D⁻¹GD⁻¹ + ρI (D = diag‖g_k‖) in z = Dv ≥ c = Du, so the ridge
+leaves g_k·d ≥ −ρ‖g_k‖²v_k. K ≤ :data:`EXACT_MAX_K`: exact, by enumerating the 2^K free sets.
+Larger K: FISTA with restart finds the free set and primal active-set steps (Lawson & Hanson's
+NNLS, 1974, ch. 23, with Bertsekas' projection arc) make it exact, ~K⁴ work for UPGrad.
 """
 
 from __future__ import annotations
@@ -31,21 +18,18 @@ from morl.host_reads import reads_are_free
 from morl.solvers.gramian import gram_scale
 from morl.solvers.min_norm import ZERO_ROW, ridge_for
 
-#: Up to this K the QP is solved exactly by enumerating the 2^K free sets (one batched solve).
+#: up to this K the QP is solved exactly by enumerating the 2^K free sets
 EXACT_MAX_K = 10
-#: Step lengths tried along the projection arc max(z + α(y − z), c) (Bertsekas 1982).
+#: step lengths tried along the projection arc max(z + α(y − z), c) (Bertsekas 1982)
 ARC_STEPS = (1.0, 0.5, 0.25, 0.125, 0.0625)
-#: Objectives within this relative gap of the least count as tied (enumeration's tie rule).
+#: objectives within this relative gap of the least count as tied
 TIE = 1e-9
-#: Seconds per B·K³ of one active-set step over B right-hand sides (B masked K×K solves) on
-#: one CPU thread: 0.25 s at B = K = 200. A call takes ~1.5 full steps when the rows are
-#: independent (most problems finish in the first) and up to ~K/2 when K ≫ rank(G).
+#: seconds per B·K³ of one active-set step (B masked K×K solves) on one CPU thread
 STEP_SECONDS = 0.25 / 200**4
 
 
 def with_trace_ridge(gram: torch.Tensor, reg_eps: float) -> torch.Tensor:
-    """G + reg_eps·tr(G)·I: TorchJD's ``regularize(normalize(G))`` up to the scale, which the
-    projection weights do not depend on. ``reg_eps`` = 0 returns G."""
+    """G + reg_eps·tr(G)·I: TorchJD's ``regularize(normalize(G))`` up to a scale the weights ignore."""
     if not reg_eps:
         return gram
     trace = torch.diagonal(gram, dim1=-2, dim2=-1).sum(-1)[..., None, None]
@@ -53,8 +37,7 @@ def with_trace_ridge(gram: torch.Tensor, reg_eps: float) -> torch.Tensor:
 
 
 def warn_if_slow(owner: str, k: int, rhs: int) -> bool:
-    """Warn (UserWarning) when a K-row projection with ``rhs`` right-hand sides may take over
-    ~5 s (:data:`STEP_SECONDS`: UPGrad from K = 145, DualProj from K = 503); True when it warned."""
+    """Warn when a K-row projection with ``rhs`` right-hand sides may take over ~5 s; True if it did."""
     step = STEP_SECONDS * rhs * k**3
     if k <= EXACT_MAX_K or step * k / 2 <= 5.0:
         return False
@@ -67,14 +50,11 @@ def warn_if_slow(owner: str, k: int, rhs: int) -> bool:
 def project_to_dual_cone(
     gram: torch.Tensor, u: torch.Tensor, max_iter: int = 100, tol: float = 1e-10, exact_max_k: int = EXACT_MAX_K,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(v, converged)``: v = argmin_{v ≥ u} vᵀGv for each row of ``u``.
-
-    ``gram`` [..., K, K] (any scale, any float dtype: it sets the ridge), ``u`` [..., B, K] (B
-    right-hand sides sharing the Gramian). ``v`` is float64 [..., B, K]; ``converged`` [..., B]
-    is False where the iterative solver (K > ``exact_max_k``) stopped with an active row whose
-    multiplier is below −``tol`` (relative to the problem's own scale)."""
+    """``(v, converged)``: v = argmin_{v ≥ u} vᵀGv (float64 [..., B, K]) for ``gram`` [..., K, K]
+    and the B rows of ``u``; ``converged`` is False where the iterative solver stopped with an
+    active row whose multiplier is below −``tol`` (relative)."""
     g = gram.to(torch.float64)
-    # non-finite input (zeroed by the caller's check_finite="skip"): a singular solve raises
+    # non-finite input (check_finite="skip" zeroes the result): a singular solve would raise
     g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, torch.zeros_like(g))
     g = g / gram_scale(g)
     diag = torch.diagonal(g, dim1=-2, dim2=-1)
@@ -96,8 +76,7 @@ def _quad(g_hat: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 
 def _free_set_solution(g_hat: torch.Tensor, c: torch.Tensor, free: torch.Tensor) -> torch.Tensor:
-    """y with y_A = c_A and Ĝ_FF y_F = −Ĝ_FA c_A (F the bool mask ``free``), unclamped.
-    ``c`` and ``free`` are [..., B, K], ``g_hat`` [..., K, K]; off F the system is the identity."""
+    """y with y_A = c_A and Ĝ_FF y_F = −Ĝ_FA c_A (F the mask ``free``), unclamped."""
     fixed = torch.where(free, torch.zeros_like(c), c)
     rhs = torch.where(free, -(fixed @ g_hat), torch.zeros_like(fixed))  # Ĝ symmetric
     eye = torch.eye(g_hat.shape[-1], dtype=g_hat.dtype, device=g_hat.device)
@@ -114,8 +93,7 @@ def dual_cone_exact(g_hat: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     z = torch.maximum(_free_set_solution(g_s, c.unsqueeze(-3), masks.unsqueeze(-2)), c.unsqueeze(-3))
     obj = _quad(g_s, z)
     obj = torch.where(torch.isfinite(obj), obj, torch.full_like(obj, float("inf")))
-    # degenerate Gramians have several optimal free sets: the first within rounding of the
-    # optimum, so the answer does not flip with the gradients' scale
+    # degenerate Gramians have several optimal free sets: take the first within rounding
     best, arg = obj.min(-2, keepdim=True)
     z_best = torch.gather(z, -3, arg.unsqueeze(-1).expand(*arg.shape, k))
     rounding = 8 * k * torch.finfo(torch.float64).eps * z_best.abs().sum(-1).square()
@@ -144,12 +122,10 @@ def dual_cone_iterative(g_hat: torch.Tensor, c: torch.Tensor, max_iter: int, tol
 
 
 def active_set_steps(g_hat, c, z, free, tol: float, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Primal active-set steps from the feasible ``z`` with free set ``free``. A major step
-    moves to the minimiser y on the free set when y is feasible and frees every active row
-    whose multiplier (Ĝy)_k is below −tol·scale; otherwise the lower of a minor step (towards y
-    until a row hits its bound; that row is fixed) and the projection-arc points is taken. The
-    objective never rises. ``converged`` where a major step freed no row (so g_k·d ≥
-    −tol·scale·‖g_k‖, scale = max(max|c|, ‖d‖) on G / max diag)."""
+    """Primal active-set steps from the feasible ``z``: a major step moves to the free-set
+    minimiser y when feasible and frees every active row with multiplier below −tol·scale;
+    else the lower of a minor step (to the first bound hit) and the arc points. ``converged``
+    where a major step freed no row."""
     done = torch.zeros(z.shape[:-1], dtype=torch.bool, device=z.device)
     for _ in range(rounds):
         if reads_are_free(done) and g_hat.dim() == 2:  # one CPU Gramian: finished problems stop (a free read)
