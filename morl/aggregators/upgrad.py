@@ -17,7 +17,7 @@ class UPGrad(PreferenceVector, GramianAggregator):
     """Unconflicting projection of gradients.
 
     Options: ``pref_vector`` (None: 1/K, TorchJD), ``reg_eps`` (0: exact; TorchJD's 1e-4 adds
-    1e-4·tr(G) to G's diagonal), and for K > 10 (iterative) ``max_iter`` (100 FISTA steps) and
+    1e-4·tr(G) to G's diagonal), and for K > 5 (active-set steps) ``max_iter`` (100; at least 2K + 10 rounds run) and
     ``tol`` (1e-10, the relative multiplier below which an active row is freed).
     """
 
