@@ -7,26 +7,21 @@ import torch
 from morl.aggregators._checks import check_choice
 from morl.aggregators.base import Aggregator
 
-REDUCTIONS = ("mean", "sum")
-
 
 class Mean(Aggregator):
-    """d = (1/K) Σ_k g_k (``reduction="mean"``) or Σ_k g_k (``"sum"``). Stateless, linear.
+    """d = (1/K) Σ_k g_k (``reduction="mean"``, default) or Σ_k g_k (``"sum"``). Stateless.
 
-    ``needs_grads`` is False: d is the gradient of :meth:`weighted_loss`, so learners run one
-    backward of it instead of forming the [K, D] Jacobian. ``Mean()(grads)`` works as for any
-    aggregator.
+    The direction is the gradient of :meth:`weighted_loss`, so learners backpropagate that once.
     """
 
     needs_grads = False
 
     def __init__(self, reduction: str = "mean", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        check_choice("Mean", "reduction", reduction, REDUCTIONS)
+        check_choice("Mean", "reduction", reduction, ("mean", "sum"))
         self.reduction = reduction
 
     def weighted_loss(self, losses: torch.Tensor) -> torch.Tensor:
-        """The loss whose gradient is this method's direction: the mean (or sum) of the losses."""
         self._set_weights(losses)
         return losses.mean() if self.reduction == "mean" else losses.sum()
 
