@@ -1,7 +1,5 @@
 """Gradient aggregators: ``build(name, **options)`` returns a callable ``[K, D] -> [D]``."""
 
-from __future__ import annotations
-
 from morl import registry
 from morl.aggregators.base import Aggregator, GramianAggregator
 

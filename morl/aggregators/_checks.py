@@ -1,7 +1,5 @@
 """Option validation shared by the aggregators: one ValueError line naming what is allowed."""
 
-from __future__ import annotations
-
 import math
 
 

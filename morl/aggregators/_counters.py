@@ -1,11 +1,8 @@
 """Plain-Python call counters (schedules, warm-ups, periods): extra state, zeroed by ``reset()``."""
 
-from __future__ import annotations
-
 
 class CallCounters:
-    """Aggregator mixin; ``_COUNTED`` maps each extra-state key to its int attribute (a device
-    counter would cost a host read to branch on)."""
+    """Aggregator mixin; ``_COUNTED`` maps extra-state keys to int attributes (no host read to branch on)."""
 
     _COUNTED: dict[str, str] = {}
 

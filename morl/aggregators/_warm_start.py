@@ -1,7 +1,5 @@
 """Options and state of the aggregators that solve their K×K problem iteratively."""
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_choice, check_number
@@ -18,9 +16,8 @@ class WarmStartSolver:
         self.register_buffer("w_prev", None)
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        if name == "w_prev":  # a skipped first call leaves the uniform start, not zeros
-            return torch.full_like(like, 1.0 / like.shape[-1])
-        return super()._initial_state(name, like)
+        # a skipped first call leaves the uniform start, not zeros
+        return torch.full_like(like, 1.0 / like.shape[-1]) if name == "w_prev" else super()._initial_state(name, like)
 
     def _start(self, k: int) -> torch.Tensor | None:
         """The previous solution when warm starting with the same K, else None (cold start)."""

@@ -1,7 +1,5 @@
 """The contract every aggregator follows: K gradient rows ``[K, D]`` in, one direction ``[D]`` to descend out."""
 
-from __future__ import annotations
-
 import torch
 
 from morl.solvers.gramian import gram_scale, gramian
@@ -16,33 +14,24 @@ def _all_finite(x: torch.Tensor) -> torch.Tensor:
 
 def _bump(counter: torch.Tensor | None, flags: torch.Tensor) -> torch.Tensor:
     """``counter + Σ flags`` as an int64 device tensor (created on the first call)."""
-    added = flags.sum().to(torch.int64)
-    return added if counter is None else counter + added
+    return flags.sum().to(torch.int64) + (0 if counter is None else counter)
 
 
 class Aggregator(torch.nn.Module):
     """Maps ``[K, D]`` per-objective gradients to one ``[D]`` direction; subclasses implement :meth:`aggregate`.
 
-    State kept across calls lives in buffers registered as ``None`` and created on the first call
-    (their shape depends on K, D), so ``state_dict``, ``.to`` and checkpoints treat every method
-    alike; ``aggregate`` assigns new tensors to them, never edits them in place.
-    ``check_finite`` ("raise"): "raise" names the first objective with NaN/inf input (one host
-    read per call); "skip" zeroes the step, keeps the buffers as they were and counts the call in
-    ``nonfinite_steps``, all on device; "off" checks nothing. Solves that stop at their iteration
-    budget count in ``not_converged``. The one host read allowed inside a call is
-    :func:`morl.host_reads.reads_are_free` (early exits of iterative solvers on the CPU).
+    State kept across calls lives in buffers registered as ``None``, created on the first call and
+    replaced (never edited in place) by ``aggregate``. ``check_finite`` ("raise"): "raise" names the
+    first objective with NaN/inf input (one host read); "skip" zeroes the step, restores the buffers
+    and counts ``nonfinite_steps`` on device; "off" checks nothing. Solves stopped at their
+    iteration budget count in ``not_converged``.
     """
 
-    #: True for methods that need the ``[K]`` loss vector.
-    needs_losses: bool = False
-    #: False where the direction is the gradient of :meth:`weighted_loss` (learners then skip the Jacobian).
-    needs_grads: bool = True
-    #: True where the learner must call ``agg.update(losses_after_step)`` after each step (FAMO).
-    needs_losses_after_step: bool = False
-    #: True when the direction is ``weights @ grads`` (what wrappers such as CR-MOGM average).
-    direction_is_weighted: bool = True
-    #: Buffers that count events; the skip policy never rolls them back.
-    _COUNTERS = ("nonfinite_steps", "not_converged")
+    needs_losses: bool = False  # needs the [K] loss vector
+    needs_grads: bool = True  # False: the direction is the gradient of weighted_loss(losses)
+    needs_losses_after_step: bool = False  # the learner calls agg.update(losses_after_step) (FAMO)
+    direction_is_weighted: bool = True  # the direction is weights @ grads (what CR-MOGM averages)
+    _COUNTERS = ("nonfinite_steps", "not_converged")  # never rolled back by "skip"
 
     def __init__(self, check_finite: str = "raise") -> None:
         super().__init__()
@@ -62,16 +51,13 @@ class Aggregator(torch.nn.Module):
             return self._skip_nonfinite(grads, losses, ok)
         if not bool(ok):
             rows_ok = torch.isfinite(grads).all(dim=1)
-            bad = ~rows_ok if losses is None else ~rows_ok | ~torch.isfinite(losses)
-            k = int(bad.nonzero()[0, 0])
-            what = "gradient" if not bool(rows_ok[k]) else "loss"
+            k = int((~rows_ok if losses is None else ~rows_ok | ~torch.isfinite(losses)).nonzero()[0, 0])
+            what = "loss" if bool(rows_ok[k]) else "gradient"
             raise ValueError(f"objective {k} has a non-finite (NaN/inf) {what}; all {grads.shape[0]} objectives must be finite")
         direction = self.aggregate(grads, losses)
         if not bool(_all_finite(direction)):
-            raise ValueError(
-                f"{type(self).__name__} produced a non-finite direction from finite gradients "
-                f"(shape {tuple(grads.shape)}, {grads.dtype}); use check_finite='skip' to zero such steps"
-            )
+            raise ValueError(f"{type(self).__name__} produced a non-finite direction from finite gradients "
+                             f"(shape {tuple(grads.shape)}, {grads.dtype}); use check_finite='skip' to zero such steps")
         return direction
 
     def _skip_nonfinite(self, grads: torch.Tensor, losses: torch.Tensor | None, ok: torch.Tensor) -> torch.Tensor:
@@ -114,12 +100,9 @@ class Aggregator(torch.nn.Module):
     def _check_inputs(self, grads, losses):
         if not isinstance(grads, torch.Tensor):
             raise TypeError(f"grads must be a torch.Tensor of shape [K, D], got {type(grads).__name__}")
-        if grads.dim() != 2 or grads.shape[0] < 1:
-            raise ValueError(f"grads must have shape [K, D] with K >= 1, got {tuple(grads.shape)}")
-        if grads.shape[1] < 1:
-            raise ValueError(f"grads must have at least one column (D >= 1), got shape {tuple(grads.shape)}")
-        if not grads.is_floating_point():
-            raise ValueError(f"grads must be a floating-point tensor, got dtype {grads.dtype}")
+        if grads.dim() != 2 or 0 in grads.shape or not grads.is_floating_point():
+            raise ValueError(f"grads must be a floating-point tensor of shape [K, D] with K >= 1 and at least one column "
+                             f"(D >= 1), got shape {tuple(grads.shape)}, dtype {grads.dtype}")
         if losses is None:
             if self.needs_losses:
                 raise ValueError(f"{type(self).__name__} needs the [K] loss vector: call aggregator(grads, losses)")
@@ -157,9 +140,7 @@ class Aggregator(torch.nn.Module):
 class GramianAggregator(Aggregator):
     """Weights from the K×K Gramian only (:meth:`weights_from_gramian`); the direction is ``weights @ grads``."""
 
-    #: False: weights_from_gramian gets G / max_k G_kk (scale-free weights); True: G itself
-    #: (weights in the gradients' units: Nash-MTL, FairGrad, PCD).
-    gramian_in_units: bool = False
+    gramian_in_units: bool = False  # True: weights_from_gramian gets G itself, not G / max diag (Nash-MTL, FairGrad, PCD)
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         gram = gramian(grads)

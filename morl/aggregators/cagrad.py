@@ -4,13 +4,10 @@ Primal: maximise min_i g_i·d over the ball ‖d − g0‖ ≤ c‖g0‖ around 
 
     w* = argmin_{w∈Δ_K} g_w·g0 + c‖g0‖ ‖g_w‖,   g_w = Σ_k w_k g_k,   d = g0 + (c‖g0‖ / ‖g_w*‖) g_w*,
 
-divided by 1, 1 + c² or 1 + c (rescale 0, 1, 2). Solved on the K×K Gramian: exactly by support
-enumeration for K ≤ ``ENUMERATE_MAX_K``, by active-set steps above. The dual runs on G + δ diag G
-(a rounded singular G is indefinite, and sqrt(wᵀGw) then has spurious stationary points), and
-the answer is the best, on the primal objective, of the dual's d, the mean and (c ≥ 1) d = 0.
+divided by 1, 1 + c² or 1 + c (rescale 0, 1, 2). Solved on G + δ diag G (a rounded singular G is
+indefinite: spurious stationary points) by support enumeration for K ≤ ``ENUMERATE_MAX_K``, else
+active-set steps; the answer is the best on the primal of the dual's d, the mean and (c ≥ 1) 0.
 """
-
-from __future__ import annotations
 
 import torch
 
@@ -23,7 +20,6 @@ from morl.solvers.min_norm import RIDGE, ZERO_ROW, equilibrate, min_norm_solve, 
 from morl.solvers.simplex import fw_gap
 
 ENUMERATE_MAX_K = 10  # up to here all 2^K − 1 supports are scored in one batched solve
-EPS = 1e-12  # floor of the gap's units (an all-zero Gramian)
 
 
 def _dual_terms(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -46,7 +42,7 @@ def cagrad_dual_solve(gram, c: float, max_iter: int = 100, tol: float = 1e-10, i
     if b.shape[-1] <= ENUMERATE_MAX_K:
         w = _enumerated_optimum(g, b, r)
         return primal_weights(g, r, w, c, ridge, gram.dtype), w, torch.ones(b.shape[:-1], dtype=torch.bool, device=b.device)
-    tol = tol * (b.abs().amax(-1) + r.squeeze(-1) + EPS)  # the gap's units
+    tol = tol * (b.abs().amax(-1) + r.squeeze(-1) + 1e-12)  # the gap's units (floored for G = 0)
     w = _dropped_negatives_start(g, b, r, rounds=b.shape[-1]) if init is None else init.to(g)
     if c >= 1.0:  # the min-norm point: the optimum where the rows are Pareto stationary
         w_mn = min_norm_solve(g)[0]
@@ -74,11 +70,8 @@ def dual_objective(g, b, r, w) -> torch.Tensor:
 
 
 def _certified(g, b, r, w, out, ridge, tol) -> torch.Tensor:
-    """Where dual value at ``w`` − primal value of ``out`` ≤ ``tol`` + what G's rounding leaves open.
-
-    Weak duality bounds out's distance to the optimum by that gap. ‖g_w‖² is known to ±2δ Σ w_k²‖g_k‖²,
-    which can certify an optimum of 0 (a Pareto-stationary point with c ≥ 1) where no gradient can.
-    """
+    """Where the duality gap (dual at ``w`` − primal at ``out``) ≤ ``tol`` + the ±2δ Σ w_k²‖g_k‖² rounding
+    of ‖g_w‖²: certifies an optimum of 0 (Pareto stationary, c ≥ 1), where no gradient exists."""
     sq = quad(g, w).clamp(min=0.0).unsqueeze(-1)
     spread = 2 * ridge.squeeze(-1) * (w.square() * torch.diagonal(g, dim1=-2, dim2=-1)).sum(-1, keepdim=True)
     unknown = r * (sq.sqrt() - (sq - spread).clamp(min=0.0).sqrt())
@@ -87,49 +80,42 @@ def _certified(g, b, r, w, out, ridge, tol) -> torch.Tensor:
 
 
 def _active_set_steps(g, b, r, w, tol, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(w, done)``: Wolfe-style active-set rounds from the feasible ``w``; done where the
-    Frank–Wolfe gap is ≤ ``tol`` (an optimum with g_w = 0 has no gradient and stays undone)."""
+    """``(w, done)``, done where the Frank–Wolfe gap is ≤ ``tol``. Each round, with v the stationary
+    point on the support's hull: a major step to v (v ≥ 0; the row of least gradient enters unless
+    done), a minor step towards v until a weight hits 0 (that row leaves), or, where the dual is
+    unbounded on the hull (c < 1), a ray step along u until one does. g_w = 0 stays undone."""
     support = w > 0
     done = torch.zeros(w.shape[:-1], dtype=torch.bool, device=w.device)
     stuck = torch.zeros_like(done)
     for _ in range(rounds):
-        w, support, done, stuck = _active_set_round(g, b, r, w, support, done, stuck, tol)
+        v, total, ray = _stationary_on(g, b, r, support.to(g.dtype).unsqueeze(-2))
+        v, total, ray = v[..., 0, :], total[..., 0, 0], ray[..., 0, :]
+        ok = (total > 0) & torch.isfinite(v).all(-1) & ~done & ~stuck
+        major = ok & ((v >= 0) | ~support).all(-1)
+        v_major = v.clamp_min(0)
+        gw = (g @ v_major.unsqueeze(-1)).squeeze(-1)  # the gradient b + r g_w/‖g_w‖; +inf where g_w = 0
+        sq = (v_major * gw).sum(-1, keepdim=True)
+        grad = torch.where(sq > 0, b + r * gw / torch.where(sq > 0, sq, torch.ones_like(sq)).sqrt(), torch.full_like(gw, float("inf")))
+        finished = major & (fw_gap(v_major, grad) <= tol)
+        enter = torch.where(support, torch.full_like(grad, float("inf")), grad).argmin(-1, keepdim=True)
+        ratio = torch.where(support & (v < 0), w / (w - v), torch.full_like(v, float("inf")))
+        theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
+        minor = ok & ~major
+        w_minor = _drop_blocking(w + theta * (v - w), ratio)
+        blocked = support & (ray < 0)  # Σu = 0, so some u_i < 0 blocks the ray
+        unbounded = ~ok & ~done & ~stuck & torch.isfinite(ray).all(-1) & blocked.any(-1)
+        ratio_ray = torch.where(blocked, w / -torch.where(blocked, ray, -torch.ones_like(ray)), torch.full_like(ray, float("inf")))
+        w_ray = _drop_blocking(w + torch.where(unbounded.unsqueeze(-1), ratio_ray.amin(-1, keepdim=True), 0.0) * ray, ratio_ray)
+        w_moved = torch.where(minor.unsqueeze(-1), w_minor, w_ray)
+        moved = minor | unbounded
+        w = torch.where(major.unsqueeze(-1), v_major, torch.where(moved.unsqueeze(-1), w_moved, w))
+        entering = torch.zeros_like(support).scatter(-1, enter, True) & (major & ~finished).unsqueeze(-1)
+        support = torch.where(moved.unsqueeze(-1), w_moved > 0, support | entering)
+        stuck = stuck | ~(ok | done | unbounded) | (minor & (theta.squeeze(-1) <= 0))
+        done = done | finished
         if reads_are_free(g) and bool((done | stuck).all()):
             break
     return w, done
-
-
-def _active_set_round(g, b, r, w, support, done, stuck, tol):
-    """One round: ``(w, support, done, stuck)``. With v the stationary point on the support's
-    affine hull: major step (v ≥ 0) to v, adding the row of least gradient unless the gap is
-    ≤ tol; minor step towards v until a weight hits 0, dropping that row. Where the dual is
-    unbounded below on the hull (possible for c < 1) a ray step follows the descent direction
-    u of :func:`_stationary_on` until a weight hits 0."""
-    v, total, ray = _stationary_on(g, b, r, support.to(g.dtype).unsqueeze(-2))
-    v, total, ray = v[..., 0, :], total[..., 0, 0], ray[..., 0, :]
-    ok = (total > 0) & torch.isfinite(v).all(-1) & ~done & ~stuck
-    major = ok & ((v >= 0) | ~support).all(-1)
-    v_major = v.clamp_min(0)
-    gw = (g @ v_major.unsqueeze(-1)).squeeze(-1)  # the gradient b + r g_w/‖g_w‖; +inf where g_w = 0
-    sq = (v_major * gw).sum(-1, keepdim=True)
-    grad = torch.where(sq > 0, b + r * gw / torch.where(sq > 0, sq, torch.ones_like(sq)).sqrt(), torch.full_like(gw, float("inf")))
-    finished = major & (fw_gap(v_major, grad) <= tol)
-    enter = torch.where(support, torch.full_like(grad, float("inf")), grad).argmin(-1, keepdim=True)
-    ratio = torch.where(support & (v < 0), w / (w - v), torch.full_like(v, float("inf")))
-    theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
-    minor = ok & ~major
-    w_minor = _drop_blocking(w + theta * (v - w), ratio)
-    blocked = support & (ray < 0)  # Σu = 0, so some u_i < 0 blocks the ray
-    unbounded = ~ok & ~done & ~stuck & torch.isfinite(ray).all(-1) & blocked.any(-1)
-    ratio_ray = torch.where(blocked, w / -torch.where(blocked, ray, -torch.ones_like(ray)), torch.full_like(ray, float("inf")))
-    w_ray = _drop_blocking(w + torch.where(unbounded.unsqueeze(-1), ratio_ray.amin(-1, keepdim=True), 0.0) * ray, ratio_ray)
-    w_moved = torch.where(minor.unsqueeze(-1), w_minor, w_ray)
-    moved = minor | unbounded
-    w = torch.where(major.unsqueeze(-1), v_major, torch.where(moved.unsqueeze(-1), w_moved, w))
-    entering = torch.zeros_like(support).scatter(-1, enter, True) & (major & ~finished).unsqueeze(-1)
-    support = torch.where(moved.unsqueeze(-1), w_moved > 0, support | entering)
-    stuck = stuck | ~(ok | done | unbounded) | (minor & (theta.squeeze(-1) <= 0))
-    return w, support, done | finished, stuck
 
 
 def _drop_blocking(w, ratio) -> torch.Tensor:
@@ -180,12 +166,9 @@ def _enumerated_optimum(g, b, r) -> torch.Tensor:
 
 
 def primal_weights(g, r, w, c: float, ridge: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Weights of d = g0 + (r/‖g_w‖) g_w, or of the mean or (c ≥ 1) 0 where those score better.
-
-    G is known to ±e‖g_i‖‖g_j‖ per entry, e = max(ε of ``dtype``, δ/K): the step takes the low end
-    of r over the high end of ‖g_w‖ (so d stays in the ball), and d loses to the mean only where
-    the mean beats d's best reading, to 0 unless d's worst reading is still positive.
-    """
+    """Weights of d = g0 + (r/‖g_w‖) g_w, or of the mean or (c ≥ 1) 0 where those score better. G is
+    known to ±e‖g_i‖‖g_j‖, e = max(ε, δ/K): d uses low r over high ‖g_w‖ (it stays in the ball) and
+    loses to the mean where the mean beats its best reading, to 0 unless its worst one is > 0."""
     k = g.shape[-1]
     norms = torch.diagonal(g, dim1=-2, dim2=-1).div(1.0 + ridge.squeeze(-1)).sqrt()
     entry = (ridge.squeeze(-1) / k).clamp_min(torch.finfo(dtype).eps)
@@ -193,10 +176,8 @@ def primal_weights(g, r, w, c: float, ridge: torch.Tensor, dtype: torch.dtype) -
     r_low = (r.square() - c**2 * entry * norms.mean(-1, keepdim=True).square()).clamp(min=0.0).sqrt()
     dual = 1.0 / k + r_low / torch.where(gw_norm > 0, gw_norm, torch.ones_like(gw_norm)) * w
     mean = torch.full_like(dual, 1.0 / k)
-
     def gains(v, sign=0.0):  # each task's gain (Gv)_i, ± its rounding 4e‖g_i‖ Σ_j ‖g_j‖|v_j|
         return ((g @ v.unsqueeze(-1)).squeeze(-1) + sign * 4 * entry * norms * (norms * v.abs()).sum(-1, keepdim=True)).amin(-1, keepdim=True)
-
     out = torch.where(gains(mean) > gains(dual, 1.0), mean, dual)
     if c >= 1.0:  # 0 is in the ball and scores 0
         out = torch.where(gains(out, -1.0) > 0, out, torch.zeros_like(out))
@@ -204,12 +185,9 @@ def primal_weights(g, r, w, c: float, ridge: torch.Tensor, dtype: torch.dtype) -
 
 
 class CAGrad(WarmStartSolver, GramianAggregator):
-    """Conflict-averse gradient. Options:
-    ``c`` (0.5): the ball's radius relative to ‖g0‖; 0 gives the mean.
-    ``rescale`` (1): divide d by 1, 1 + c² or 1 + c (0, 1, 2; 1 as in the reference code).
-    ``max_iter`` (100), ``tol`` (1e-10, the Frank–Wolfe gap relative to the dual's scale),
-    ``warm_start`` (False): the active-set solve for K > 10; stopped solves count in ``not_converged``.
-    """
+    """Conflict-averse gradient. Options: ``c`` (0.5): the ball's radius over ‖g0‖ (0: the mean).
+    ``rescale`` (1): divide d by 1, 1 + c², 1 + c (0, 1, 2; 1 as the reference code).
+    ``max_iter`` (100), ``tol`` (1e-10, relative Frank–Wolfe gap), ``warm_start`` (False): the K > 10 solve."""
 
     def __init__(self, c: float = 0.5, rescale: int = 1, max_iter: int = 100, tol: float = 1e-10, warm_start: bool = False,
                  check_finite: str = "raise") -> None:

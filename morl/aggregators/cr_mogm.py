@@ -1,12 +1,8 @@
 """CR-MOGM (Zhou et al., NeurIPS 2022, "On the Convergence of Stochastic Multi-Objective Gradient
 Manipulation and Beyond"): correlation-reduced weights around any weighting method.
 
-    λ_t = α λ_{t−1} + (1 − α) λ̂_t,     d = Σ_k λ_t,k g_k,
-
-λ̂_t the base method's weights on this call's gradients, λ_0 = λ̂_1 (as TorchJD's ``CRMOGMWeighting``).
+    λ_t = α λ_{t−1} + (1 − α) λ̂_t,  d = Σ_k λ_t,k g_k   (λ̂_t: the base's weights; λ_0 = λ̂_1 as TorchJD).
 """
-
-from __future__ import annotations
 
 import torch
 
@@ -15,11 +11,8 @@ from morl.aggregators.base import Aggregator
 
 
 class CRMOGM(Aggregator):
-    """EMA of a base aggregator's weights; state ``lam`` (λ_{t−1}) and ``calls``. Options:
-    ``base`` ("mgda"): any registered aggregator whose direction is ``weights @ grads``.
-    ``base_options`` (None): its options.
-    ``alpha`` (0.9, in [0, 1]): 0 = the base, 1 = the first weights forever; a plain attribute, for schedules.
-    """
+    """EMA of a base aggregator's weights; state ``lam`` (λ_{t−1}), ``calls``. Options: ``base`` ("mgda"):
+    an aggregator whose direction is ``weights @ grads``; ``base_options`` (None); ``alpha`` (0.9, in [0, 1])."""
 
     def __init__(self, base: str = "mgda", base_options: dict | None = None, alpha: float = 0.9, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
@@ -30,7 +23,10 @@ class CRMOGM(Aggregator):
         self.base_name = base
         self.base = build_base("CRMOGM", base, base_options)
         if not self.base.direction_is_weighted:
-            raise ValueError(f"CRMOGM option base={base!r} is not valid (its direction is not weights @ grads); allowed: {', '.join(_weighted())}")
+            from morl.aggregators import aggregator_class, available
+
+            weighted = [n for n in available() if aggregator_class(n).direction_is_weighted]
+            raise ValueError(f"CRMOGM option base={base!r} is not valid (its direction is not weights @ grads); allowed: {', '.join(weighted)}")
         self.needs_losses = self.base.needs_losses
         self.register_buffer("lam", None)
         self.register_buffer("calls", None)
@@ -52,17 +48,3 @@ class CRMOGM(Aggregator):
 
     def __repr__(self) -> str:
         return f"CRMOGM(alpha={self.alpha:g}, base={self.base!r})"
-
-
-def _weighted() -> list[str]:
-    """The registered names whose direction is ``weights @ grads`` (a module that fails to import is left out)."""
-    from morl.aggregators import aggregator_class, available
-
-    names = []
-    for name in available():
-        try:
-            if aggregator_class(name).direction_is_weighted:
-                names.append(name)
-        except ImportError:
-            pass
-    return names

@@ -1,7 +1,5 @@
 """Mean: the equal-weight average of the K gradients (linear scalarisation with weights 1/K)."""
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_choice
@@ -9,10 +7,7 @@ from morl.aggregators.base import Aggregator
 
 
 class Mean(Aggregator):
-    """d = (1/K) Σ_k g_k (``reduction="mean"``, default) or Σ_k g_k (``"sum"``). Stateless.
-
-    The direction is the gradient of :meth:`weighted_loss`, so learners backpropagate that once.
-    """
+    """d = (1/K) Σ_k g_k (``reduction="mean"``, default) or Σ_k g_k (``"sum"``): the gradient of :meth:`weighted_loss`."""
 
     needs_grads = False
 
@@ -30,8 +25,7 @@ class Mean(Aggregator):
         return grads.mean(0) if self.reduction == "mean" else grads.sum(0)
 
     def _set_weights(self, like: torch.Tensor) -> None:
-        k = like.shape[0]
-        self.weights = torch.full((k,), 1.0 / k if self.reduction == "mean" else 1.0, dtype=like.dtype, device=like.device)
+        self.weights = like.new_full(like.shape[:1], 1.0 / like.shape[0] if self.reduction == "mean" else 1.0)
 
     def __repr__(self) -> str:
         return f"Mean(reduction={self.reduction!r})"

@@ -1,11 +1,7 @@
-"""MGDA (Désidéri 2012): the min-norm element of the convex hull of the gradients.
+"""MGDA (Désidéri 2012): the min-norm element of the convex hull of the gradients,
 
-    λ* = argmin_{λ∈Δ_K} ‖Σ_k λ_k g_k‖²,   d = Σ_k λ*_k g_k,
-
-so g_k·d ≥ ‖d‖² for every k (arXiv 2210.12624, Lemma 6) and d = 0 only at a Pareto-stationary point.
+    λ* = argmin_{λ∈Δ_K} ‖Σ_k λ_k g_k‖²,   d = Σ_k λ*_k g_k   (g_k·d ≥ ‖d‖² ∀k: arXiv 2210.12624, Lemma 6).
 """
-
-from __future__ import annotations
 
 import torch
 
@@ -15,11 +11,8 @@ from morl.solvers.min_norm import min_norm_solve
 
 
 class MGDA(WarmStartSolver, GramianAggregator):
-    """Min-norm weights on the Gramian (:mod:`morl.solvers.min_norm`). Options:
-    ``max_iter`` (100): Wolfe rounds; stopped solves count in ``not_converged``.
-    ``tol`` (1e-8): allowed violation of g_k·d ≥ ‖d‖², relative to ‖g_k‖‖d‖.
-    ``warm_start`` (False): start from the previous weights (same K).
-    """
+    """Min-norm weights on the Gramian (:mod:`morl.solvers.min_norm`). Options: ``max_iter`` (100) Wolfe
+    rounds; ``tol`` (1e-8) on g_k·d ≥ ‖d‖², relative to ‖g_k‖‖d‖; ``warm_start`` (False)."""
 
     def __init__(self, max_iter: int = 100, tol: float = 1e-8, warm_start: bool = False, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)

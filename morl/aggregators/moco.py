@@ -1,7 +1,5 @@
 """MoCo (Fernando et al., ICLR 2023, arXiv 2210.12624, Algorithm 1): stochastic multi-objective gradient correction.
 
-Per call k, with stochastic gradients G_k:
-
     (6)  Y_{k+1} = Π_L(Y_k − β_k (Y_k − G_k))          tracked gradients
     (9)  λ_{k+1} = map(λ_k − γ_k s (Y Yᵀ + ρI) λ_k)    map ∈ {proj, softmax}
     (10) d       = out_scale · λᵀ Y
@@ -9,8 +7,6 @@ Per call k, with stochastic gradients G_k:
 β_k = beta0 / (k + k0)^beta_pow, γ_k likewise. ``order="code"`` (the authors' code) uses Y_{k+1},
 λ_{k+1} in (9)-(10), ``"paper"`` uses Y_k, λ_k. Presets and the paper/code differences: docs/aggregators.md.
 """
-
-from __future__ import annotations
 
 from collections.abc import Sequence
 
@@ -40,42 +36,40 @@ PRESETS = {
     # RL (our choice): the λ step on Y Yᵀ / max diag, so λ ignores the gradients' drifting scale
     "rl": dict(beta0=0.5, beta_pow=0.5, gamma0=0.1, gamma_pow=0.5, lambda_map="proj", lambda_gram="normalized"),
 }
-NORM_EPS = 1e-8  # the reference code's guard in g/(‖g‖ + eps)
 
 
 class MoCo(CallCounters, Aggregator):
-    """MoCo; state: tracked gradients ``y`` [K, D], ``lam`` [K], call counter ``k``. Options (None:
-    from ``preset``, else ``DEFAULTS``):
-    ``preset`` (None): one of ``PRESETS``.
-    ``beta0`` (0.5), ``beta_pow`` (0.5), ``gamma0`` (0.1), ``gamma_pow`` (0.5), ``k0`` (1): the step schedules.
+    """State: ``y`` [K, D], ``lam`` [K], counter ``k``. Options (None: from ``preset``, else ``DEFAULTS``):
+    ``preset`` (None): a key of ``PRESETS``. ``beta0``, ``beta_pow``, ``gamma0``, ``gamma_pow``, ``k0``: the schedules.
     ``rho`` (0): ρ of (9). ``lambda_map`` ("proj"): "proj" | "softmax" | "exact" (min-norm weights of Y).
-    ``lam_grad_scale`` (1): s of (9); 2 is Tracking.py's gradient of ‖Yλ‖².
-    ``lambda_gram`` ("raw"): "normalized" runs (9) on Y Yᵀ / max diag (independent of the gradients' scale).
-    ``order`` ("code"): "code" | "paper". ``grad_norm`` ("none"): "l2" | "loss" | "l2_loss", applied to G first.
-    ``schedule`` ("call"): "epoch" advances k on :meth:`next_epoch` only. ``beta_clip`` (False): β_k ≤ 1.
-    ``out_scale`` (1): multiplies d. ``y_radius`` (None): Π_L of (6), one radius or K.
+    ``lam_grad_scale`` (1): s of (9). ``lambda_gram`` ("raw"): "normalized" runs (9) on Y Yᵀ / max diag.
+    ``order`` ("code") | "paper". ``grad_norm`` ("none") | "l2" | "loss" | "l2_loss": applied to G first.
+    ``schedule`` ("call") | "epoch" (k advances on :meth:`next_epoch`). ``beta_clip`` (False): β_k ≤ 1.
+    ``out_scale`` (1): multiplies d. ``y_radius`` (None): Π_L of (6), 1 or K radii.
     ``base`` / ``base_options`` (None): an aggregator applied to Y in place of the λ step.
     """
 
     _COUNTED = {"k": "k"}
     direction_is_weighted = False  # d is λ·Y, not weights @ grads
 
-    def __init__(
-        self, preset: str | None = None, beta0: float | None = None, beta_pow: float | None = None,
-        gamma0: float | None = None, gamma_pow: float | None = None, k0: int | None = None, rho: float | None = None,
-        lambda_map: str | None = None, lam_grad_scale: float | None = None, lambda_gram: str | None = None,
-        order: str | None = None, grad_norm: str | None = None, schedule: str | None = None, beta_clip: bool | None = None,
-        out_scale: float | None = None, y_radius: float | Sequence[float] | None = None, base: str | None = None,
-        base_options: dict | None = None, check_finite: str = "raise",
+    def __init__(  # None: from the preset, else DEFAULTS
+        self, preset: str | None = None, beta0: float | None = None, beta_pow: float | None = None, gamma0: float | None = None,
+        gamma_pow: float | None = None, k0: int | None = None, rho: float | None = None, lambda_map: str | None = None,
+        lam_grad_scale: float | None = None, lambda_gram: str | None = None, order: str | None = None, grad_norm: str | None = None,
+        schedule: str | None = None, beta_clip: bool | None = None, out_scale: float | None = None,
+        y_radius: float | Sequence[float] | None = None, base: str | None = None, base_options: dict | None = None, check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
         if preset is not None:
             check_choice("MoCo", "preset", preset, tuple(PRESETS))
-        given = dict(beta0=beta0, beta_pow=beta_pow, gamma0=gamma0, gamma_pow=gamma_pow, k0=k0, rho=rho, lambda_map=lambda_map,
-                     lam_grad_scale=lam_grad_scale, lambda_gram=lambda_gram, order=order, grad_norm=grad_norm,
-                     schedule=schedule, beta_clip=beta_clip, out_scale=out_scale)
-        self.options = {**DEFAULTS, **PRESETS.get(preset, {}), **{k: v for k, v in given.items() if v is not None}}
-        _validate(self.options)
+        given = {k: v for k, v in locals().items() if k in DEFAULTS and v is not None}  # the options set explicitly
+        self.options = opts = {**DEFAULTS, **PRESETS.get(preset, {}), **given}
+        for name in ("beta0", "out_scale", "gamma0", "beta_pow", "gamma_pow", "rho", "lam_grad_scale", "k0"):
+            check_number("MoCo", name, opts[name], strict=name in ("beta0", "out_scale"), integer=name == "k0")
+        for name, allowed in CHOICES.items():
+            check_choice("MoCo", name, opts[name], allowed)
+        if opts["k0"] == 0 and (opts["beta_pow"] > 0 or opts["gamma_pow"] > 0):
+            raise ValueError("MoCo option k0=0 is not valid with a decaying schedule (β_0 = beta0/0^pow); allowed: k0 >= 1")
         self.preset = preset
         for key, value in self.options.items():
             setattr(self, key, value)
@@ -105,14 +99,13 @@ class MoCo(CallCounters, Aggregator):
             raise ValueError('MoCo.next_epoch() needs schedule="epoch"; with schedule="call" every call advances k')
         self.k += 1
 
-    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        # a skipped first call leaves MoCo's start: Y = 0, uniform λ
+    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:  # what a skipped first call leaves
         return torch.full_like(like, 1.0 / like.shape[0]) if name == "lam" else super()._initial_state(name, like)
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         g = grads
         if self.grad_norm in ("l2", "l2_loss"):
-            g = g / (g.norm(dim=1, keepdim=True) + NORM_EPS)
+            g = g / (g.norm(dim=1, keepdim=True) + 1e-8)  # the reference code's guard
         if self.grad_norm in ("loss", "l2_loss"):
             g = g * losses.detach().unsqueeze(1)
         self._ensure_state(g)
@@ -164,15 +157,3 @@ class MoCo(CallCounters, Aggregator):
     def __repr__(self) -> str:
         extra = f", base={self.base!r}" if self.base is not None else ""
         return f"MoCo(preset={self.preset!r}, {', '.join(f'{k}={v!r}' for k, v in self.options.items())}{extra})"
-
-
-def _validate(o: dict) -> None:
-    for name in ("beta0", "gamma0", "beta_pow", "gamma_pow", "rho", "lam_grad_scale"):
-        check_number("MoCo", name, o[name])
-    check_number("MoCo", "beta0", o["beta0"], strict=True)
-    check_number("MoCo", "out_scale", o["out_scale"], strict=True)
-    check_number("MoCo", "k0", o["k0"], integer=True)
-    for name, allowed in CHOICES.items():
-        check_choice("MoCo", name, o[name], allowed)
-    if o["k0"] == 0 and (o["beta_pow"] > 0 or o["gamma_pow"] > 0):
-        raise ValueError("MoCo option k0=0 is not valid with a decaying schedule (β_0 = beta0/0^pow); allowed: k0 >= 1")

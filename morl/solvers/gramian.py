@@ -1,36 +1,29 @@
 """Forming and scaling K×K Gramians, so solvers see numbers of order one at any gradient scale."""
 
-from __future__ import annotations
-
 import torch
 
 
 def gramian(grads: torch.Tensor) -> torch.Tensor:
-    """``grads @ grads.T`` ([..., K, K], input dtype); it overflows to inf beyond ~1e19 (float32),
-    which ``check_finite`` reports like any non-finite step."""
+    """``grads @ grads.T`` ([..., K, K], input dtype; inf on overflow, which ``check_finite`` reports)."""
     return grads @ grads.mT
 
 
 def gram_scale(gram: torch.Tensor) -> torch.Tensor:
-    """Largest diagonal entry ``[..., 1, 1]`` (1 where it is 0 or tiny): dividing by it leaves
-    every solution on the simplex unchanged (the objectives are homogeneous in G)."""
+    """Largest diagonal entry ``[..., 1, 1]`` (1 where 0 or tiny): the simplex problems are homogeneous in G."""
     s = torch.diagonal(gram, dim1=-2, dim2=-1).amax(dim=-1, keepdim=True).unsqueeze(-1)
     return torch.where(s > torch.finfo(gram.dtype).tiny ** 0.5, s, torch.ones_like(s))
 
 
 def normalized_gramian(grads: torch.Tensor, dtype: torch.dtype | None = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
     """``(G / s, s)`` for the rows of ``grads`` [..., K, D], G cast to ``dtype`` (None: the input's), s [...] from :func:`gram_scale`."""
-    gram = gramian(grads)
-    if dtype is not None:
-        gram = gram.to(dtype)
+    gram = gramian(grads) if dtype is None else gramian(grads).to(dtype)
     s = gram_scale(gram)
     return gram / s, s.squeeze(-1).squeeze(-1)
 
 
 def definite_ridge(gram: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``2δ`` [..., 1, 1], δ = max(−λ_min(D⁻¹GD⁻¹), ε/16) (D² = diag G, ε of ``dtype``), so G + 2δD² is
-    positive definite: a singular G rounded to ``dtype`` comes out indefinite. Non-finite entries
-    are zeroed for the eigensolver only."""
+    """``2δ`` [..., 1, 1], δ = max(−λ_min(D⁻¹GD⁻¹), ε/16) (D² = diag G, ε of ``dtype``): G + 2δD² is
+    positive definite where a singular G rounded to ``dtype`` is indefinite."""
     diag = torch.diagonal(gram, dim1=-2, dim2=-1)
     d = torch.where(diag > 0, diag, torch.ones_like(diag)).sqrt()
     unit = gram / (d.unsqueeze(-1) * d.unsqueeze(-2))

@@ -3,12 +3,8 @@
     λ* = argmin_{λ∈Δ_K} ½ λᵀGλ (+ ρ/2 ‖λ‖²),    d = Σ_k λ*_k g_k.
 
 K = 2 has a closed form; larger K runs Wolfe's active-set method (Wolfe 1976, "Finding the nearest
-point in a polytope"), exact once no row violates optimality. Solved in float64 on G / max diag,
-with the linear systems on D⁻¹GD⁻¹ (D = diag ‖g_k‖) plus a ridge of a few rounding units of
-``gram``'s dtype (:func:`ridge_for`), so rank-deficient rows and wide norm spreads stay solvable.
+point in a polytope"). Solved in float64 on D⁻¹GD⁻¹ (D = diag ‖g_k‖) plus :func:`ridge_for`'s ridge.
 """
-
-from __future__ import annotations
 
 import torch
 
@@ -74,14 +70,12 @@ def kkt_violation(gram_r: torch.Tensor, lam: torch.Tensor, tol: float) -> torch.
     grad = (gram_r @ lam.unsqueeze(-1)).squeeze(-1)
     f = (lam * grad).sum(-1, keepdim=True).clamp_min(0)
     diag = torch.diagonal(gram_r, dim1=-2, dim2=-1)
-    floor = 8 * lam.shape[-1] * torch.finfo(torch.float64).eps * (diag.sqrt() + f.sqrt())
-    return (f - grad) - tol * (diag * f).sqrt() - floor
+    return (f - grad) - tol * (diag * f).sqrt() - 8 * lam.shape[-1] * torch.finfo(torch.float64).eps * (diag.sqrt() + f.sqrt())
 
 
 def wolfe_steps(g_hat, d, lam, tol: float, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Wolfe's iterations from the feasible ``lam``: ``(λ, converged)``. A major step (the affine
-    minimiser y on the support ≥ 0) moves to y and adds the most violating row, or finishes; a
-    minor step moves towards y until a weight reaches 0 and drops that row."""
+    """``(λ, converged)`` from the feasible ``lam``: major steps to the affine minimiser y on the support
+    (y ≥ 0) add the most violating row; minor steps towards y drop the row whose weight hits 0."""
     gram_r = g_hat * (d.unsqueeze(-1) * d.unsqueeze(-2))  # G + ridge·D², the problem solved
     support = lam > 0
     done = torch.zeros(lam.shape[:-1], dtype=torch.bool, device=lam.device)
@@ -109,9 +103,7 @@ def min_norm_solve(gram, rho: float = 0.0, max_iter: int = 500, tol: float = 1e-
     """``(λ, converged)``: the min-norm weights and where no row violates optimality by more than
     ``tol``·‖g_k‖‖d‖ within min(max_iter, 4K + 10) Wolfe rounds. ``rho`` is in G's units; ``eps_2`` the K = 2 guard."""
     k = gram.shape[-1]
-    work = gram.to(torch.float64)
-    if rho:
-        work = work + rho * torch.eye(k, dtype=work.dtype, device=work.device)
+    work = gram.to(torch.float64) + rho * torch.eye(k, dtype=torch.float64, device=gram.device)
     work = work / gram_scale(work)
     done = torch.ones(gram.shape[:-2], dtype=torch.bool, device=gram.device)
     if k == 1:

@@ -1,7 +1,5 @@
 """Maps from R^K onto the probability simplex Δ_K = {λ ≥ 0, Σλ = 1} and its optimality gap, batched."""
 
-from __future__ import annotations
-
 import torch
 
 
