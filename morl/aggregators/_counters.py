@@ -1,13 +1,8 @@
-"""Plain-Python counters of the aggregators that count their calls (a schedule's position, a
-warm-up, an update period): saved as the module's extra state, zeroed by ``reset()``."""
-
-from __future__ import annotations
+"""Plain-Python call counters (schedules, warm-ups, periods): extra state, zeroed by ``reset()``."""
 
 
 class CallCounters:
-    """Mixin for an :class:`~morl.aggregators.base.Aggregator` whose counters are Python ints
-    (reading a device counter to branch on it would be a host read per call). ``_COUNTED``
-    maps each extra-state key to its attribute, so checkpoints keep their keys."""
+    """Aggregator mixin; ``_COUNTED`` maps extra-state keys to int attributes (no host read to branch on)."""
 
     _COUNTED: dict[str, str] = {}
 

@@ -1,32 +1,22 @@
 """Mean: the equal-weight average of the K gradients (linear scalarisation with weights 1/K)."""
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_choice
 from morl.aggregators.base import Aggregator
 
-REDUCTIONS = ("mean", "sum")
-
 
 class Mean(Aggregator):
-    """d = (1/K) Σ_k g_k (``reduction="mean"``) or Σ_k g_k (``"sum"``). Stateless, linear.
-
-    ``needs_grads`` is False: d is the gradient of :meth:`weighted_loss`, so learners run one
-    backward of it instead of forming the [K, D] Jacobian. ``Mean()(grads)`` works as for any
-    aggregator.
-    """
+    """d = (1/K) Σ_k g_k (``reduction="mean"``, default) or Σ_k g_k (``"sum"``): the gradient of :meth:`weighted_loss`."""
 
     needs_grads = False
 
     def __init__(self, reduction: str = "mean", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        check_choice("Mean", "reduction", reduction, REDUCTIONS)
+        check_choice("Mean", "reduction", reduction, ("mean", "sum"))
         self.reduction = reduction
 
     def weighted_loss(self, losses: torch.Tensor) -> torch.Tensor:
-        """The loss whose gradient is this method's direction: the mean (or sum) of the losses."""
         self._set_weights(losses)
         return losses.mean() if self.reduction == "mean" else losses.sum()
 
@@ -35,8 +25,7 @@ class Mean(Aggregator):
         return grads.mean(0) if self.reduction == "mean" else grads.sum(0)
 
     def _set_weights(self, like: torch.Tensor) -> None:
-        k = like.shape[0]
-        self.weights = torch.full((k,), 1.0 / k if self.reduction == "mean" else 1.0, dtype=like.dtype, device=like.device)
+        self.weights = like.new_full(like.shape[:1], 1.0 / like.shape[0] if self.reduction == "mean" else 1.0)
 
     def __repr__(self) -> str:
         return f"Mean(reduction={self.reduction!r})"

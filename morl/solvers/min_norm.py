@@ -1,22 +1,10 @@
-"""Min-norm point of the convex hull of K gradients, from their K×K Gramian.
+"""Min-norm point of the convex hull of K gradients, from their K×K Gramian (MGDA's subproblem).
 
-    λ* = argmin_{λ∈Δ_K} ½ λᵀ G λ (+ ρ/2 ‖λ‖²),    d = Σ_k λ*_k g_k.
+    λ* = argmin_{λ∈Δ_K} ½ λᵀGλ (+ ρ/2 ‖λ‖²),    d = Σ_k λ*_k g_k.
 
-K = 2 has a closed form. Larger K runs Wolfe's active-set method (Wolfe 1976, "Finding the
-nearest point in a polytope"), which is exact once no row violates the optimality condition:
-from the affine minimiser on all K rows with its negative weights cut off (often already
-optimal when the gradients conflict mildly), or from a warm start ``init``. All functions
-take ``gram`` of shape ``[..., K, K]`` and return ``λ`` of shape ``[..., K]``.
-
-Scale. Everything is solved in float64 on G divided by its largest diagonal entry, and the
-linear systems on G's equilibrated form D⁻¹GD⁻¹ (D = diag ‖g_k‖, unit diagonal), so rows
-whose norms differ by 1e6 are solved as accurately as equal ones. A ridge ρ_r‖g_k‖² on the
-diagonal, ρ_r a few rounding units of ``gram``'s dtype (:func:`ridge_for`), keeps Gramians
-that are singular up to rounding (rank-deficient or Pareto-stationary rows) positive definite;
-the direction then conflicts with g_k by at most ρ_r‖g_k‖²λ_k.
+K = 2 has a closed form; larger K runs Wolfe's active-set method (Wolfe 1976, "Finding the nearest
+point in a polytope"). Solved in float64 on D⁻¹GD⁻¹ (D = diag ‖g_k‖) plus :func:`ridge_for`'s ridge.
 """
-
-from __future__ import annotations
 
 import torch
 
@@ -24,21 +12,15 @@ from morl.host_reads import reads_are_free
 from morl.solvers.gramian import gram_scale
 from morl.solvers.simplex import fw_gap
 
-#: The reference code's denominator guard in the K = 2 closed form, on the normalised Gramian.
-EPS_2 = 1e-8
-#: Smallest relative ridge (float64 Gramians), in units of each row's squared norm.
-RIDGE = 1e-12
-#: Relative ridge in rounding units of the Gramian's dtype (float32: 16 ε ≈ 1.9e-6).
-RIDGE_ULPS = 16
-#: Candidate objectives within TIE (relative) of the best are tied (enumerating solvers).
-TIE = 1e-9
-#: Squared row norms below this (on G / max diag) count as zero rows.
-ZERO_ROW = 1e-300
+EPS_2 = 1e-8  # the reference code's denominator guard in the K = 2 closed form
+RIDGE = 1e-12  # smallest relative ridge (float64 Gramians), in units of each row's squared norm
+TIE = 1e-9  # candidate objectives within TIE (relative) of the best are tied (enumerating solvers)
+ZERO_ROW = 1e-300  # squared row norms below this (on G / max diag) count as zero rows
 
 
 def ridge_for(dtype: torch.dtype) -> float:
-    """The relative ridge for a Gramian held in ``dtype`` (how precisely it is known)."""
-    return max(RIDGE, RIDGE_ULPS * torch.finfo(dtype).eps)
+    """The relative ridge for a Gramian held in ``dtype``: 16 rounding units (float32: 1.9e-6)."""
+    return max(RIDGE, 16 * torch.finfo(dtype).eps)
 
 
 def equilibrate(gram: torch.Tensor, ridge: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,8 +38,7 @@ def support_masks(k: int, device: torch.device) -> torch.Tensor:
 
 
 def restricted(g_hat: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    """``g_hat`` restricted to the mask(s) ``m`` ([..., K]) with the identity outside, so that
-    solving it against ``b ⊙ m`` applies ``G_SS⁻¹`` on S and gives zeros elsewhere."""
+    """``g_hat`` on the mask(s) ``m`` with the identity outside: solving it applies G_SS⁻¹ on S, 0 elsewhere."""
     return m.unsqueeze(-1) * g_hat * m.unsqueeze(-2) + torch.diag_embed(1 - m)
 
 
@@ -73,51 +54,38 @@ def _on_simplex(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x / torch.where(ok, total, torch.ones_like(total)), ok.squeeze(-1)
 
 
-def affine_minimiser(g_hat: torch.Tensor, d: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(y, ok)``: the minimiser of λᵀGλ on the affine hull of the support ``m``, y ∝ G_SS⁻¹1."""
-    return _on_simplex(m * torch.linalg.solve(restricted(g_hat, m), m / d) / d)
-
-
 def min_norm_2(gram: torch.Tensor, eps: float = EPS_2) -> torch.Tensor:
-    """Closed-form K = 2 min-norm weights ``[..., 2]`` (the reference code's form). With g11, g12, g22
-    the entries of G / max diag: λ = (g22 − g12)/(g11 + g22 − 2 g12 + eps) if g12 < min(g11, g22),
-    else 1 if g11 < g22 (g1 is the shorter row and already the min-norm point), else 0;
-    weights (λ, 1 − λ). ``eps`` = 0 gives the exact minimiser on the segment."""
+    """Closed-form K = 2 weights (the reference code's): on G / max diag, λ = (g22 − g12)/(g11 + g22 −
+    2g12 + eps) if g12 < min(g11, g22), else 1 if g11 < g22 else 0; weights (λ, 1 − λ). eps = 0 is exact."""
     g = gram / gram_scale(gram)
     g11, g22, g12 = g[..., 0, 0], g[..., 1, 1], g[..., 0, 1]
-    denom = g11 + g22 - 2 * g12 + eps  # ‖g1 − g2‖² + eps > 0 wherever the first branch is taken
+    denom = g11 + g22 - 2 * g12 + eps
     inner = (g22 - g12) / torch.where(denom > 0, denom, torch.ones_like(denom))
     lam = torch.where(g12 < torch.minimum(g11, g22), inner, (g11 < g22).to(g.dtype)).clamp(0.0, 1.0)
     return torch.stack([lam, 1 - lam], dim=-1)
 
 
 def kkt_violation(gram_r: torch.Tensor, lam: torch.Tensor, tol: float) -> torch.Tensor:
-    """[..., K]: how far each row is from the optimality condition (G λ)_k ≥ λᵀGλ, beyond ``tol``
-    relative to ‖g_k‖‖d‖ (and float64 rounding). > 0: adding row k would shorten d."""
+    """[..., K]: how far (Gλ)_k ≥ λᵀGλ fails, beyond ``tol``·‖g_k‖‖d‖ and float64 rounding (> 0: row k shortens d)."""
     grad = (gram_r @ lam.unsqueeze(-1)).squeeze(-1)
     f = (lam * grad).sum(-1, keepdim=True).clamp_min(0)
     diag = torch.diagonal(gram_r, dim1=-2, dim2=-1)
-    floor = 8 * lam.shape[-1] * torch.finfo(torch.float64).eps * (diag.sqrt() + f.sqrt())
-    return (f - grad) - tol * (diag * f).sqrt() - floor
+    return (f - grad) - tol * (diag * f).sqrt() - 8 * lam.shape[-1] * torch.finfo(torch.float64).eps * (diag.sqrt() + f.sqrt())
 
 
 def wolfe_steps(g_hat, d, lam, tol: float, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Wolfe's iterations from the feasible ``lam``: ``(λ, converged [...])``.
-
-    A major step (the affine minimiser y on the support S is ≥ 0) moves to y and adds the row
-    that violates the optimality condition most, or finishes when none does; a minor step moves
-    towards y until a weight reaches 0 and drops that row. Batched with masks.
-    """
+    """``(λ, converged)`` from the feasible ``lam``: major steps to the affine minimiser y on the support
+    (y ≥ 0) add the most violating row; minor steps towards y drop the row whose weight hits 0."""
     gram_r = g_hat * (d.unsqueeze(-1) * d.unsqueeze(-2))  # G + ridge·D², the problem solved
     support = lam > 0
     done = torch.zeros(lam.shape[:-1], dtype=torch.bool, device=lam.device)
     for _ in range(rounds):
-        y, ok = affine_minimiser(g_hat, d, support.to(lam.dtype))
+        m = support.to(lam.dtype)
+        y, ok = _on_simplex(m * torch.linalg.solve(restricted(g_hat, m), m / d) / d)  # y ∝ G_SS⁻¹1
         major = ok & ((y >= 0) | ~support).all(-1) & ~done
         viol = torch.where(support, torch.full_like(y, -1.0), kkt_violation(gram_r, y.clamp_min(0), tol))
         enter = viol.argmax(-1, keepdim=True)
         adds = major & (viol.gather(-1, enter).squeeze(-1) > 0)
-        # minor step: the largest θ ∈ [0, 1] keeping λ + θ(y − λ) ≥ 0; the blocking row leaves
         ratio = torch.where(support & (y < 0), lam / (lam - y), torch.full_like(y, float("inf")))
         theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
         minor = ok & ~major & ~done
@@ -131,17 +99,11 @@ def wolfe_steps(g_hat, d, lam, tol: float, rounds: int) -> tuple[torch.Tensor, t
     return lam, done
 
 
-def min_norm_solve(
-    gram: torch.Tensor, rho: float = 0.0, max_iter: int = 500, tol: float = 1e-8, init: torch.Tensor | None = None,
-    eps_2: float = EPS_2,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(λ, converged)``: :func:`min_norm` and a [...] bool, False where Wolfe's steps ran out
-    (at most ``min(max_iter, 4K + 10)`` rounds, every one of them off the CPU) before no row
-    violated the optimality condition by more than ``tol``. ``eps_2`` is the K = 2 guard."""
+def min_norm_solve(gram, rho: float = 0.0, max_iter: int = 500, tol: float = 1e-8, init=None, eps_2: float = EPS_2):
+    """``(λ, converged)``: the min-norm weights and where no row violates optimality by more than
+    ``tol``·‖g_k‖‖d‖ within min(max_iter, 4K + 10) Wolfe rounds. ``rho`` is in G's units; ``eps_2`` the K = 2 guard."""
     k = gram.shape[-1]
-    work = gram.to(torch.float64)
-    if rho:
-        work = work + rho * torch.eye(k, dtype=work.dtype, device=work.device)
+    work = gram.to(torch.float64) + rho * torch.eye(k, dtype=torch.float64, device=gram.device)
     work = work / gram_scale(work)
     done = torch.ones(gram.shape[:-2], dtype=torch.bool, device=gram.device)
     if k == 1:
@@ -150,31 +112,22 @@ def min_norm_solve(
         return min_norm_2(work, eps=eps_2).to(gram.dtype), done
     g_hat, d = equilibrate(work, ridge_for(gram.dtype))
     if init is None:  # the affine minimiser on all rows, its negative weights cut off
-        start, ok = affine_minimiser(g_hat, d, torch.ones_like(d))
-        start, ok = _on_simplex(torch.where(ok.unsqueeze(-1), start.clamp_min(0), torch.ones_like(start)))
+        start, ok = _on_simplex(torch.linalg.solve(g_hat, 1 / d) / d)
+        start, _ = _on_simplex(torch.where(ok.unsqueeze(-1), start.clamp_min(0), torch.ones_like(start)))
     else:
         start, _ = _on_simplex(init.to(work).clamp_min(0))
-    # Wolfe's count is not bounded by K: float32 Pareto-stationary Gramians at K = 24 took 50-100
     lam, done = wolfe_steps(g_hat, d, start, tol, rounds=min(max_iter, 4 * k + 10))
     return lam.to(gram.dtype), done
 
 
-def min_norm(
-    gram: torch.Tensor, rho: float = 0.0, max_iter: int = 500, tol: float = 1e-8, init: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Weights λ ∈ Δ_K minimising ½‖Σ λ_k g_k‖² + (ρ/2)‖λ‖² given ``gram`` = [g_i·g_j].
-
-    ``rho`` is in the units of ``gram`` (MoCo's regulariser; 0 gives MGDA). ``tol`` is relative
-    (no row violates its optimality condition by more than tol·‖g_k‖‖d‖), so it means the same
-    at every scale and row-norm spread.
-    """
+def min_norm(gram, rho: float = 0.0, max_iter: int = 500, tol: float = 1e-8, init=None) -> torch.Tensor:
+    """The weights of :func:`min_norm_solve`."""
     return min_norm_solve(gram, rho, max_iter, tol, init)[0]
 
 
 def min_norm_gap(gram: torch.Tensor, lam: torch.Tensor, rho: float = 0.0) -> torch.Tensor:
-    """KKT residual of ``lam`` for :func:`min_norm`: the Frank–Wolfe gap on G/s (s = max diag)."""
-    k = gram.shape[-1]
-    work = gram.to(torch.float64) + rho * torch.eye(k, dtype=torch.float64, device=gram.device)
+    """The Frank–Wolfe gap of ``lam`` for :func:`min_norm` on G / max diag."""
+    work = gram.to(torch.float64) + rho * torch.eye(gram.shape[-1], dtype=torch.float64, device=gram.device)
     work = work / gram_scale(work)
     lam = lam.to(torch.float64)
     return fw_gap(lam, (work @ lam.unsqueeze(-1)).squeeze(-1))
