@@ -48,7 +48,9 @@ def make_env(
     if not isinstance(name, str):
         raise ValueError(f"env name must be a string, one of {', '.join(available_envs())}; got {name!r}")
     if reward_normalization not in NORMALIZATION_CHOICES:
-        raise ValueError(f"unknown reward_normalization {reward_normalization!r}; valid: {', '.join(NORMALIZATION_CHOICES)}")
+        raise ValueError(
+            f"unknown reward_normalization {reward_normalization!r}; valid: {', '.join(NORMALIZATION_CHOICES)}"
+        )
     env = _build(name, seed, protocol, max_episode_steps, num_tasks, envs_per_task, eval, reward_function_version)
     if reward_normalization != "none" and not eval:
         env.reward_normalizer = RewardNormalizer(env.num_tasks, reward_normalization)
@@ -58,15 +60,28 @@ def make_env(
 def _build(name, seed, protocol, max_episode_steps, num_tasks, envs_per_task, eval, reward_function_version):
     if name == "point_mass":
         if reward_function_version != "v2":
-            raise ValueError(f"reward_function_version {reward_function_version!r} exists for Meta-World only; "
-                             "point_mass has one reward (leave it at v2)")
+            raise ValueError(
+                f"reward_function_version {reward_function_version!r} exists for Meta-World only; "
+                "point_mass has one reward (leave it at v2)"
+            )
         kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
-        return PointMassEnv(num_tasks=4 if num_tasks is None else num_tasks, envs_per_task=envs_per_task, seed=seed, **kwargs)
+        return PointMassEnv(
+            num_tasks=4 if num_tasks is None else num_tasks, envs_per_task=envs_per_task, seed=seed, **kwargs
+        )
     if name in ("mt10", "mt50") or name.startswith("mt1:"):
         if name.startswith("mt1:") and name[4:] not in mt1_task_names():
-            raise ValueError(f"unknown Meta-World task {name[4:]!r} in {name!r}; valid tasks: {', '.join(mt1_task_names())}")
-        return MetaWorldVecEnv(name, seed=seed, protocol=protocol, max_episode_steps=max_episode_steps,
-                               envs_per_task=envs_per_task, eval=eval, reward_function_version=reward_function_version)
+            raise ValueError(
+                f"unknown Meta-World task {name[4:]!r} in {name!r}; valid tasks: {', '.join(mt1_task_names())}"
+            )
+        return MetaWorldVecEnv(
+            name,
+            seed=seed,
+            protocol=protocol,
+            max_episode_steps=max_episode_steps,
+            envs_per_task=envs_per_task,
+            eval=eval,
+            reward_function_version=reward_function_version,
+        )
     raise ValueError(f"unknown env {name!r}; valid names: {', '.join(available_envs())}")
 
 

@@ -70,8 +70,10 @@ class MetaWorldVecEnv(MultiTaskVecEnv):
         if protocol not in PROTOCOL_EPISODE_STEPS:
             raise ValueError(f"unknown protocol {protocol!r}; valid protocols: {', '.join(PROTOCOL_EPISODE_STEPS)}")
         if reward_function_version not in REWARD_FUNCTION_VERSIONS:
-            raise ValueError(f"unknown reward_function_version {reward_function_version!r}; "
-                             f"valid versions: {', '.join(REWARD_FUNCTION_VERSIONS)}")
+            raise ValueError(
+                f"unknown reward_function_version {reward_function_version!r}; "
+                f"valid versions: {', '.join(REWARD_FUNCTION_VERSIONS)}"
+            )
         self.reward_function_version = reward_function_version
         bench = _benchmark(name, int(seed))
         names = list(bench.train_classes)

@@ -42,7 +42,13 @@ class PointMassEnv(MultiTaskVecEnv):
     ) -> None:
         if num_tasks < 1:
             raise ValueError(f"num_tasks must be >= 1 for point_mass, got {num_tasks}")
-        positive = {"goal_distance": goal_distance, "success_radius": success_radius, "max_speed": max_speed, "dt": dt, "arena": arena}
+        positive = {
+            "goal_distance": goal_distance,
+            "success_radius": success_radius,
+            "max_speed": max_speed,
+            "dt": dt,
+            "arena": arena,
+        }
         for name, value in positive.items():
             if not value > 0:
                 raise ValueError(f"{name} must be > 0, got {value}")

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -83,7 +83,9 @@ def render_episodes(
     for task in names:
         painter = make_painter(env, size, camera)
         try:
-            out[task] = _Recorder(env, painter, {env.task_names.index(task) * env.envs_per_task: task}, episodes).run(policy)[task]
+            out[task] = _Recorder(env, painter, {env.task_names.index(task) * env.envs_per_task: task}, episodes).run(
+                policy
+            )[task]
         finally:
             painter.close()
     return out
@@ -107,7 +109,9 @@ class _Recorder:
         env._sim_reset = self._tapped_reset(env._sim_reset)
         try:
             for _ in range(limit):
-                obs, _, terminated, truncated, info = env.step(np.asarray(policy(obs), np.float32).reshape(env.num_envs, -1))
+                obs, _, terminated, truncated, info = env.step(
+                    np.asarray(policy(obs), np.float32).reshape(env.num_envs, -1)
+                )
                 self._after_step(terminated | truncated, info)
                 if self._finished():
                     return self.done
@@ -128,7 +132,11 @@ class _Recorder:
         for i, task in self.watched.items():
             if ended[i] and len(self.done[task]) < self.episodes:
                 frames = np.stack(self.current[i])
-                self.done[task].append(RenderedEpisode(task, frames, bool(info["episode_success"][i] > 0.5), float(info["episode_return"][i])))
+                self.done[task].append(
+                    RenderedEpisode(
+                        task, frames, bool(info["episode_success"][i] > 0.5), float(info["episode_return"][i])
+                    )
+                )
                 self.current[i] = []
             if len(self.done[task]) < self.episodes:
                 self.current[i].append(self.painter.frame(i))

@@ -32,7 +32,9 @@ class RewardNormalizer:
 
     def __init__(self, num_tasks: int, method: str, alpha: float = 0.001) -> None:
         if method not in NORMALIZATION_CHOICES[1:]:
-            raise ValueError(f"reward_normalization={method!r} is not valid; allowed: {', '.join(NORMALIZATION_CHOICES)}")
+            raise ValueError(
+                f"reward_normalization={method!r} is not valid; allowed: {', '.join(NORMALIZATION_CHOICES)}"
+            )
         if not 0 < alpha <= 1:
             raise ValueError(f"reward normalisation rate alpha must lie in (0, 1], got {alpha}")
         self.method, self.alpha = method, float(alpha)
@@ -69,13 +71,21 @@ class RewardNormalizer:
         return math.sqrt(self.var[t]) + _EPS
 
     def state_dict(self) -> dict[str, Any]:
-        return {"method": self.method, "alpha": self.alpha, "mean": self.mean.copy(), "var": self.var.copy(),
-                "m2": self.m2.copy(), "count": self.count.copy()}
+        return {
+            "method": self.method,
+            "alpha": self.alpha,
+            "mean": self.mean.copy(),
+            "var": self.var.copy(),
+            "m2": self.m2.copy(),
+            "count": self.count.copy(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["method"] != self.method or len(state["mean"]) != len(self.mean):
-            raise ValueError(f"reward normalisation state is for method={state['method']!r} over {len(state['mean'])} "
-                             f"tasks; this env has method={self.method!r} over {len(self.mean)} tasks")
+            raise ValueError(
+                f"reward normalisation state is for method={state['method']!r} over {len(state['mean'])} "
+                f"tasks; this env has method={self.method!r} over {len(self.mean)} tasks"
+            )
         self.alpha = float(state["alpha"])
         for key in ("mean", "var", "m2", "count"):
             getattr(self, key)[:] = state[key]

@@ -47,8 +47,12 @@ class MultiTaskVecEnv(gym.vector.VectorEnv):
         self.task_ids = np.repeat(np.arange(self.num_tasks, dtype=np.int64), self.envs_per_task)
         self._one_hot = np.eye(self.num_tasks, dtype=np.float32)[self.task_ids]
 
-        low = np.concatenate([np.broadcast_to(np.asarray(raw_obs_low, np.float32), (raw_obs_dim,)), np.zeros(self.num_tasks, np.float32)])
-        high = np.concatenate([np.broadcast_to(np.asarray(raw_obs_high, np.float32), (raw_obs_dim,)), np.ones(self.num_tasks, np.float32)])
+        low = np.concatenate(
+            [np.broadcast_to(np.asarray(raw_obs_low, np.float32), (raw_obs_dim,)), np.zeros(self.num_tasks, np.float32)]
+        )
+        high = np.concatenate(
+            [np.broadcast_to(np.asarray(raw_obs_high, np.float32), (raw_obs_dim,)), np.ones(self.num_tasks, np.float32)]
+        )
         self.single_observation_space = gym.spaces.Box(low, high, dtype=np.float32)
         self.single_action_space = gym.spaces.Box(-1.0, 1.0, (action_dim,), dtype=np.float32)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
@@ -86,7 +90,9 @@ class MultiTaskVecEnv(gym.vector.VectorEnv):
         raise NotImplementedError
 
     # -- gymnasium API --------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start new episodes in every sub-env; ``seed`` re-seeds every random generator."""
         if seed is not None:
             self._sim_seed(int(seed))
@@ -165,7 +171,7 @@ class MultiTaskVecEnv(gym.vector.VectorEnv):
             self.reward_normalizer.load_state_dict(state["reward_normalizer"])
         restored = self._sim_load_state(state["sim"])
         if state["obs"] is None:  # saved before its first reset: nothing in progress, and no reset
-            self._obs = None      # here either (it would draw from the restored generators)
+            self._obs = None  # here either (it would draw from the restored generators)
         elif restored:
             self._obs = np.array(state["obs"], np.float32)
             self._ep_return = np.array(state["ep_return"], np.float64)

@@ -8,8 +8,12 @@ it into any ``torch.optim`` loop.
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Aggregator": "morl.aggregators", "available": "morl.aggregators", "build": "morl.aggregators",
-    "backward": "morl.gradients", "per_task_grads": "morl.gradients", "batched_task_grads": "morl.gradients",
+    "Aggregator": "morl.aggregators",
+    "available": "morl.aggregators",
+    "build": "morl.aggregators",
+    "backward": "morl.gradients",
+    "per_task_grads": "morl.gradients",
+    "batched_task_grads": "morl.gradients",
 }
 
 

@@ -109,8 +109,12 @@ def _stack_rows(rows: Sequence[torch.Tensor | None], params: list[torch.Tensor],
 def _warn_unreached(objectives: Sequence[int]) -> None:
     """A zero row because autograd found no path is a wiring bug, not a zero gradient: say so."""
     if objectives:
-        warnings.warn(f"objectives {list(objectives)} do not reach the parameters (autograd found no path): their "
-                      "gradient is zero; pass the parameters the losses are computed from", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"objectives {list(objectives)} do not reach the parameters (autograd found no path): their "
+            "gradient is zero; pass the parameters the losses are computed from",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def per_task_grads(losses: torch.Tensor, params, *, retain_graph: bool = False, batched: bool = True) -> torch.Tensor:
@@ -145,8 +149,10 @@ def per_task_grads(losses: torch.Tensor, params, *, retain_graph: bool = False, 
 
 def _loop_grads(losses: torch.Tensor, params: list[torch.Tensor], retain_graph: bool) -> torch.Tensor:
     k = losses.shape[0]
-    rows = [torch.autograd.grad(losses[i], params, retain_graph=retain_graph or i < k - 1, allow_unused=True)
-            for i in range(k)]
+    rows = [
+        torch.autograd.grad(losses[i], params, retain_graph=retain_graph or i < k - 1, allow_unused=True)
+        for i in range(k)
+    ]
     # a path through the loss vector reaches a parameter for every objective or for none
     _warn_unreached(range(k) if all(g is None for row in rows for g in row) else ())
     return torch.cat([_stack_rows(row, params, 1) for row in rows], dim=0)
@@ -174,11 +180,15 @@ def backward(losses: torch.Tensor, params, aggregator: Callable, *, retain_graph
     mode = aggregator.check_finite if isinstance(aggregator, Aggregator) else "raise"
     counted = getattr(aggregator, "nonfinite_steps", None)
     one_backward = isinstance(aggregator, Aggregator) and not aggregator.needs_grads
-    direction, grads = (_weighted_direction if one_backward else _aggregated_direction)(losses, params, aggregator, retain_graph)
+    direction, grads = (_weighted_direction if one_backward else _aggregated_direction)(
+        losses, params, aggregator, retain_graph
+    )
     ok = torch.isfinite(direction).all()
     if mode == "raise" and not bool(ok):
         if grads is not None and bool(torch.isfinite(grads).all() & torch.isfinite(losses).all()):
-            raise ValueError(f"the aggregator {aggregator!r} returned a non-finite direction from finite gradients and losses")
+            raise ValueError(
+                f"the aggregator {aggregator!r} returned a non-finite direction from finite gradients and losses"
+            )
         raise ValueError(_culprit(losses, params, retain_graph))
     if mode != "raise":  # a device-side select on [D]: no host read
         direction = torch.where(ok, direction, torch.zeros((), dtype=direction.dtype, device=direction.device))
@@ -212,7 +222,9 @@ def _aggregated_direction(losses, params, aggregator, retain_graph: bool) -> tup
             raise
         raise ValueError(_culprit(losses, params, retain_graph)) from error
     if not isinstance(direction, torch.Tensor) or direction.shape != (grads.shape[1],):
-        raise ValueError(f"aggregator must return a [D]={grads.shape[1]} tensor, got {getattr(direction, 'shape', direction)}")
+        raise ValueError(
+            f"aggregator must return a [D]={grads.shape[1]} tensor, got {getattr(direction, 'shape', direction)}"
+        )
     return direction, grads
 
 
@@ -237,8 +249,10 @@ def _culprit(losses: torch.Tensor, params: list[torch.Tensor], graph_kept: bool)
     k = _first_bad_own_row(losses, params) if graph_kept else None
     if k is not None:
         return f"objective {k} has a non-finite gradient (NaN/inf) although its loss {float(values[k]):g} is finite"
-    return (f"one of the {len(values)} objectives has a non-finite gradient (NaN/inf) although every loss is finite; "
-            "build the losses with torch.stack and call morl.backward(..., retain_graph=True) to have it named")
+    return (
+        f"one of the {len(values)} objectives has a non-finite gradient (NaN/inf) although every loss is finite; "
+        "build the losses with torch.stack and call morl.backward(..., retain_graph=True) to have it named"
+    )
 
 
 def _first_bad_own_row(losses: torch.Tensor, params: list[torch.Tensor]) -> int | None:

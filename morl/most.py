@@ -47,7 +47,9 @@ class CurriculumSchedule:
     code's reverse mixing (α uniform first). Both marginals always carry the same mass ``M``.
     """
 
-    def __init__(self, direction: str = "paper", s0: float = 1.0, decay: float = 0.995, topk_ratio: float = 0.1) -> None:
+    def __init__(
+        self, direction: str = "paper", s0: float = 1.0, decay: float = 0.995, topk_ratio: float = 0.1
+    ) -> None:
         if direction not in DIRECTIONS:
             raise ValueError(f"direction={direction!r} is not valid; allowed: {', '.join(DIRECTIONS)}")
         if not 0.0 <= s0 <= 1.0:
@@ -96,8 +98,14 @@ def _normalise(x: torch.Tensor, mass: float) -> torch.Tensor:
     return torch.where(total > 0, x * mass / total.clamp_min(torch.finfo(x.dtype).tiny), uniform)
 
 
-def dirichlet_mixtures(num_objectives: int, num_aux: int, shape: float = 1.0, include_original: bool = True,
-                       generator: torch.Generator | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def dirichlet_mixtures(
+    num_objectives: int,
+    num_aux: int,
+    shape: float = 1.0,
+    include_original: bool = True,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """MosT-E mixing matrix ``W [n', n]``: rows are objective weights (Eq. 9).
 
     ``num_aux`` rows are drawn from ``Dir(shape·1_n)``; with ``include_original`` the identity
@@ -163,11 +171,22 @@ class MosT:
             :func:`morl.transport.check_marginals`).
     """
 
-    def __init__(self, num_models: int, alpha: torch.Tensor | None = None, beta: torch.Tensor | None = None,
-                 tau: float = 0.0, solver: str = "ipot", solver_options: dict | None = None,
-                 gamma_scale: str = "paper", update: str = "paper", support_threshold: float = 1e-8,
-                 curriculum: CurriculumSchedule | None = None, warm_start: bool = True, min_norm_iters: int = 100,
-                 on_violation: str = "raise") -> None:
+    def __init__(
+        self,
+        num_models: int,
+        alpha: torch.Tensor | None = None,
+        beta: torch.Tensor | None = None,
+        tau: float = 0.0,
+        solver: str = "ipot",
+        solver_options: dict | None = None,
+        gamma_scale: str = "paper",
+        update: str = "paper",
+        support_threshold: float = 1e-8,
+        curriculum: CurriculumSchedule | None = None,
+        warm_start: bool = True,
+        min_norm_iters: int = 100,
+        on_violation: str = "raise",
+    ) -> None:
         if num_models < 1:
             raise ValueError(f"num_models must be >= 1, got {num_models}")
         if gamma_scale not in GAMMA_SCALES:
@@ -212,8 +231,16 @@ class MosT:
         mass = self.mass()
         if self.curriculum is not None:
             return self.curriculum.marginals(cost, mass)
-        a = torch.full((n,), mass / n, dtype=cost.dtype, device=cost.device) if self.alpha is None else self._scaled(self.alpha, n, cost, "alpha")
-        b = torch.full((m,), mass / m, dtype=cost.dtype, device=cost.device) if self.beta is None else self._scaled(self.beta, m, cost, "beta")
+        a = (
+            torch.full((n,), mass / n, dtype=cost.dtype, device=cost.device)
+            if self.alpha is None
+            else self._scaled(self.alpha, n, cost, "alpha")
+        )
+        b = (
+            torch.full((m,), mass / m, dtype=cost.dtype, device=cost.device)
+            if self.beta is None
+            else self._scaled(self.beta, m, cost, "beta")
+        )
         return a, b
 
     def _scaled(self, x: torch.Tensor, size: int, like: torch.Tensor, name: str) -> torch.Tensor:
@@ -233,8 +260,16 @@ class MosT:
         cost = losses.detach().T
         a, b = self.marginals(cost) if marginals is None else marginals
         plan0 = self.gamma if (self.warm_start and self.gamma is not None and self.gamma.shape == cost.shape) else None
-        self.result = transport.solve(cost, a, b, tau=self.tau, method=self.solver, plan0=plan0,
-                                      on_violation=self.on_violation, **self.solver_options)
+        self.result = transport.solve(
+            cost,
+            a,
+            b,
+            tau=self.tau,
+            method=self.solver,
+            plan0=plan0,
+            on_violation=self.on_violation,
+            **self.solver_options,
+        )
         self.gamma = self.result.plan
         return self.gamma
 
@@ -255,7 +290,9 @@ class MosT:
             raise ValueError("no transport plan: call assign(losses) first or pass gamma")
         if isinstance(jacobians, torch.Tensor):
             if jacobians.dim() != 3 or jacobians.shape[:2] != (gamma.shape[1], gamma.shape[0]):
-                raise ValueError(f"jacobians must have shape [m={gamma.shape[1]}, n={gamma.shape[0]}, D], got {tuple(jacobians.shape)}")
+                raise ValueError(
+                    f"jacobians must have shape [m={gamma.shape[1]}, n={gamma.shape[0]}, D], got {tuple(jacobians.shape)}"
+                )
             gram = torch.einsum("jid,jkd->jik", jacobians, jacobians)
             weights = self.weights_from_gramians(gram, gamma)
             return torch.einsum("ji,jid->jd", weights.to(jacobians.dtype), jacobians)
@@ -298,8 +335,16 @@ class MosTE(MosT):
     the mixing matrix ``W [n', n]`` (:func:`dirichlet_mixtures`) before transport and MGDA.
     """
 
-    def __init__(self, num_models: int, num_objectives: int, num_aux: int = 25, dirichlet_shape: float = 1.0,
-                 include_original: bool = True, seed: int = 0, **kwargs) -> None:
+    def __init__(
+        self,
+        num_models: int,
+        num_objectives: int,
+        num_aux: int = 25,
+        dirichlet_shape: float = 1.0,
+        include_original: bool = True,
+        seed: int = 0,
+        **kwargs,
+    ) -> None:
         super().__init__(num_models, **kwargs)
         gen = torch.Generator().manual_seed(seed)
         self.mixing = dirichlet_mixtures(num_objectives, num_aux, dirichlet_shape, include_original, gen)
@@ -318,7 +363,9 @@ class MosTE(MosT):
         return super().directions([self.mixing.to(J) @ J for J in jacobians], gamma)
 
 
-def losses_and_jacobians(objectives: Callable[[torch.Tensor], torch.Tensor], thetas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def losses_and_jacobians(
+    objectives: Callable[[torch.Tensor], torch.Tensor], thetas: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(losses [m, n], jacobians [m, n, D])`` of ``objectives: θ [D] -> [n]`` at ``thetas [m, D]``."""
     from torch.func import jacrev, vmap
 
@@ -333,9 +380,17 @@ def losses_and_jacobians(objectives: Callable[[torch.Tensor], torch.Tensor], the
     return vmap(both)(thetas)
 
 
-def run(objectives: Callable[[torch.Tensor], torch.Tensor], thetas: torch.Tensor, most: MosT, lr: float,
-        rounds: int, inner_steps: int = 1, project: Callable[[torch.Tensor], torch.Tensor] | None = None,
-        callback: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None, step: str = "gd") -> torch.Tensor:
+def run(
+    objectives: Callable[[torch.Tensor], torch.Tensor],
+    thetas: torch.Tensor,
+    most: MosT,
+    lr: float,
+    rounds: int,
+    inner_steps: int = 1,
+    project: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    callback: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None,
+    step: str = "gd",
+) -> torch.Tensor:
     """Algorithm 1: ``rounds`` × (assign Γ; ``inner_steps`` × θ_j ← θ_j − lr·dir_j with Γ fixed).
 
     ``step="sign"`` moves by ``lr·sign(dir_j)`` instead — what the official ZDT code's fresh Adam

@@ -53,7 +53,9 @@ def circle_preferences(num_models: int, dtype: torch.dtype = torch.float64) -> t
     if num_models < 1:
         raise ValueError(f"num_models must be >= 1, got {num_models}")
     lo, hi = 1e-4 * math.pi / 2, (1 - 1e-4) * math.pi / 2
-    phi = torch.linspace(lo, hi, num_models, dtype=dtype) if num_models > 1 else torch.tensor([math.pi / 4], dtype=dtype)
+    phi = (
+        torch.linspace(lo, hi, num_models, dtype=dtype) if num_models > 1 else torch.tensor([math.pi / 4], dtype=dtype)
+    )
     return torch.stack([phi.cos(), phi.sin()], dim=-1)
 
 
@@ -67,9 +69,16 @@ def _check_step(step: str) -> None:
         raise ValueError(f"step={step!r} is not valid; allowed: gd, sign")
 
 
-def linearisation(objectives: Objectives, thetas: torch.Tensor, lr: float, steps: int,
-                  weights: torch.Tensor | None = None, project: Callable | None = None,
-                  callback: Callback | None = None, step: str = "gd") -> torch.Tensor:
+def linearisation(
+    objectives: Objectives,
+    thetas: torch.Tensor,
+    lr: float,
+    steps: int,
+    weights: torch.Tensor | None = None,
+    project: Callable | None = None,
+    callback: Callback | None = None,
+    step: str = "gd",
+) -> torch.Tensor:
     """Model ``j`` descends ``Σ_i W_ji L_i``; ``weights [m, n]`` default :func:`simplex_weights`."""
     _check_step(step)
     thetas = thetas.detach().clone()
@@ -85,9 +94,16 @@ def linearisation(objectives: Objectives, thetas: torch.Tensor, lr: float, steps
     return thetas
 
 
-def run_aggregators(objectives: Objectives, thetas: torch.Tensor, aggs: Sequence[aggregators.Aggregator], lr: float,
-                    steps: int, project: Callable | None = None, callback: Callback | None = None,
-                    step: str = "gd") -> torch.Tensor:
+def run_aggregators(
+    objectives: Objectives,
+    thetas: torch.Tensor,
+    aggs: Sequence[aggregators.Aggregator],
+    lr: float,
+    steps: int,
+    project: Callable | None = None,
+    callback: Callback | None = None,
+    step: str = "gd",
+) -> torch.Tensor:
     """Model ``j`` follows ``aggs[j](∇L(θ_j), L(θ_j))`` for ``steps`` steps (independent runs)."""
     _check_step(step)
     thetas = thetas.detach().clone()
@@ -102,16 +118,32 @@ def run_aggregators(objectives: Objectives, thetas: torch.Tensor, aggs: Sequence
     return thetas
 
 
-def mgda(objectives: Objectives, thetas: torch.Tensor, lr: float, steps: int, project: Callable | None = None,
-         callback: Callback | None = None, step: str = "gd", **options) -> torch.Tensor:
+def mgda(
+    objectives: Objectives,
+    thetas: torch.Tensor,
+    lr: float,
+    steps: int,
+    project: Callable | None = None,
+    callback: Callback | None = None,
+    step: str = "gd",
+    **options,
+) -> torch.Tensor:
     """``m`` independent MGDA runs from the rows of ``thetas``; ``options`` go to the aggregator."""
     aggs = [aggregators.build("mgda", **options) for _ in range(thetas.shape[0])]
     return run_aggregators(objectives, thetas, aggs, lr, steps, project, callback, step)
 
 
-def epo(objectives: Objectives, thetas: torch.Tensor, lr: float, steps: int, preferences: torch.Tensor | None = None,
-        project: Callable | None = None, callback: Callback | None = None, step: str = "gd",
-        **options) -> torch.Tensor:
+def epo(
+    objectives: Objectives,
+    thetas: torch.Tensor,
+    lr: float,
+    steps: int,
+    preferences: torch.Tensor | None = None,
+    project: Callable | None = None,
+    callback: Callback | None = None,
+    step: str = "gd",
+    **options,
+) -> torch.Tensor:
     """``m`` EPO-AL runs, model ``j`` with preference ``preferences[j]`` (default :func:`circle_preferences`)."""
     m = thetas.shape[0]
     prefs = circle_preferences(m) if preferences is None else preferences
@@ -148,7 +180,11 @@ def rbf_kernel(points: torch.Tensor, bandwidth: float | None = None) -> tuple[to
     """
     diff = points.unsqueeze(1) - points.unsqueeze(0)  # [m, m, P]: p_i − p_j
     sq = diff.pow(2).sum(-1)
-    h = median_bandwidth(sq) if bandwidth is None else torch.as_tensor(bandwidth, dtype=points.dtype, device=points.device)
+    h = (
+        median_bandwidth(sq)
+        if bandwidth is None
+        else torch.as_tensor(bandwidth, dtype=points.dtype, device=points.device)
+    )
     k = torch.exp(-sq / h)
     return k, (-2.0 / h) * torch.einsum("ij,ijp->ip", k, diff)
 
@@ -168,7 +204,9 @@ def _check_svgd(thetas, bandwidth, repulsion, kernel, agg) -> None:
     if not isinstance(thetas, torch.Tensor) or thetas.dim() != 2 or not thetas.is_floating_point():
         what = tuple(thetas.shape) if isinstance(thetas, torch.Tensor) else type(thetas).__name__
         raise ValueError(f"svgd: thetas must be a floating-point tensor [m, D], got {what}")
-    if bandwidth is not None and not (isinstance(bandwidth, (int, float)) and math.isfinite(bandwidth) and bandwidth > 0):
+    if bandwidth is not None and not (
+        isinstance(bandwidth, (int, float)) and math.isfinite(bandwidth) and bandwidth > 0
+    ):
         raise ValueError(f"svgd: bandwidth must be None (median heuristic) or a finite float > 0, got {bandwidth!r}")
     if not (isinstance(repulsion, (int, float)) and math.isfinite(repulsion) and repulsion >= 0):
         raise ValueError(f"svgd: repulsion must be a finite float >= 0, got {repulsion!r}")
@@ -181,7 +219,9 @@ def _check_svgd(thetas, bandwidth, repulsion, kernel, agg) -> None:
 def _check_losses(losses: torch.Tensor, jac: torch.Tensor, mode: str) -> torch.Tensor | None:
     """Per ``check_finite``: raise on NaN/inf (one host sync), or return the all-finite flag for "skip"."""
     if losses.dim() != 2:
-        raise ValueError(f"svgd: objectives must map θ [D] to a loss vector [n], got losses of shape {tuple(losses.shape[1:])}")
+        raise ValueError(
+            f"svgd: objectives must map θ [D] to a loss vector [n], got losses of shape {tuple(losses.shape[1:])}"
+        )
     if mode == "off":
         return None
     ok = torch.isfinite(losses).all(1) & torch.isfinite(jac.flatten(1).amax(1)) & torch.isfinite(jac.flatten(1).amin(1))
@@ -192,8 +232,15 @@ def _check_losses(losses: torch.Tensor, jac: torch.Tensor, mode: str) -> torch.T
     return None
 
 
-def svgd_direction(losses: torch.Tensor, jac: torch.Tensor, thetas: torch.Tensor, agg: aggregators.Aggregator,
-                   bandwidth: float | None = None, repulsion: float = 1.0, kernel: str = "objectives") -> torch.Tensor:
+def svgd_direction(
+    losses: torch.Tensor,
+    jac: torch.Tensor,
+    thetas: torch.Tensor,
+    agg: aggregators.Aggregator,
+    bandwidth: float | None = None,
+    repulsion: float = 1.0,
+    kernel: str = "objectives",
+) -> torch.Tensor:
     """The MOO-SVGD update ``v [m, D]`` to descend, from ``losses [m, n]`` and ``jac [m, n, D]`` at ``thetas``.
 
     ``v_i = (1/m) Σ_j [k_ij d_j + α ∇_{θ_i} k(θ_i, θ_j)]``. For the θ kernel this is SVGD's
@@ -211,9 +258,19 @@ def svgd_direction(losses: torch.Tensor, jac: torch.Tensor, thetas: torch.Tensor
     return (k @ d + repulsion * rep) / thetas.shape[0]
 
 
-def svgd(objectives: Objectives, thetas: torch.Tensor, lr: float, steps: int, project: Callable | None = None,
-         callback: Callback | None = None, step: str = "gd", bandwidth: float | None = None,
-         repulsion: float = 1.0, kernel: str = "objectives", **mgda_options) -> torch.Tensor:
+def svgd(
+    objectives: Objectives,
+    thetas: torch.Tensor,
+    lr: float,
+    steps: int,
+    project: Callable | None = None,
+    callback: Callback | None = None,
+    step: str = "gd",
+    bandwidth: float | None = None,
+    repulsion: float = 1.0,
+    kernel: str = "objectives",
+    **mgda_options,
+) -> torch.Tensor:
     """MOO-SVGD: ``θ_i ← θ_i − lr · v_i`` (see :func:`svgd_direction`) for ``steps`` steps.
 
     ``bandwidth`` h of ``k = exp(−‖·‖²/h)``: None for the median heuristic (recomputed every step),
@@ -238,8 +295,13 @@ def svgd(objectives: Objectives, thetas: torch.Tensor, lr: float, steps: int, pr
     return thetas
 
 
-def best_hypervolume(method: Callable[..., torch.Tensor], objectives: Objectives, thetas: torch.Tensor,
-                     reference: Sequence[float], **kwargs) -> tuple[float, torch.Tensor]:
+def best_hypervolume(
+    method: Callable[..., torch.Tensor],
+    objectives: Objectives,
+    thetas: torch.Tensor,
+    reference: Sequence[float],
+    **kwargs,
+) -> tuple[float, torch.Tensor]:
     """``(best HV over training, final thetas)`` for a baseline above (the official ZDT metric)."""
     best = [0.0]
 
@@ -255,6 +317,19 @@ def objectives_batched(objectives: Objectives, thetas: torch.Tensor) -> torch.Te
     return torch.func.vmap(objectives)(thetas.detach())
 
 
-__all__ = ["simplex_weights", "circle_preferences", "linearisation", "run_aggregators", "mgda", "epo",
-           "KERNEL_SPACES", "median_bandwidth", "rbf_kernel", "mgda_directions", "svgd_direction", "svgd",
-           "best_hypervolume", "objectives_batched"]
+__all__ = [
+    "simplex_weights",
+    "circle_preferences",
+    "linearisation",
+    "run_aggregators",
+    "mgda",
+    "epo",
+    "KERNEL_SPACES",
+    "median_bandwidth",
+    "rbf_kernel",
+    "mgda_directions",
+    "svgd_direction",
+    "svgd",
+    "best_hypervolume",
+    "objectives_batched",
+]

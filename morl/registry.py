@@ -43,10 +43,12 @@ def options_of(cls: type, skip: tuple[str, ...] = ()) -> dict[str, Any]:
 def build(entries: dict[str, str], name: str, what: str, *args: Any, **options: Any) -> Any:
     """``Class(*args, **options)`` for the entry ``name``, unknown options rejected by name."""
     cls = resolve(entries, name, what)
-    valid = options_of(cls, skip=tuple(list(inspect.signature(cls.__init__).parameters)[1:1 + len(args)]))
+    valid = options_of(cls, skip=tuple(list(inspect.signature(cls.__init__).parameters)[1 : 1 + len(args)]))
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise ValueError(f"unknown option(s) {', '.join(unknown)} for {what} {name!r}; valid options: {', '.join(sorted(valid)) or 'none'}")
+        raise ValueError(
+            f"unknown option(s) {', '.join(unknown)} for {what} {name!r}; valid options: {', '.join(sorted(valid)) or 'none'}"
+        )
     return cls(*args, **options)
 
 

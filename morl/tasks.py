@@ -17,9 +17,13 @@ class TaskSpec:
 
     def __post_init__(self) -> None:
         if self.kind not in ("classification", "regression"):
-            raise ValueError(f"task {self.name!r}: kind {self.kind!r} is not valid; allowed: classification, regression")
+            raise ValueError(
+                f"task {self.name!r}: kind {self.kind!r} is not valid; allowed: classification, regression"
+            )
         if self.kind == "classification" and self.num_classes < 2:
-            raise ValueError(f"task {self.name!r}: a classification task needs num_classes >= 2, got {self.num_classes}")
+            raise ValueError(
+                f"task {self.name!r}: a classification task needs num_classes >= 2, got {self.num_classes}"
+            )
 
     @property
     def out_dim(self) -> int:

@@ -52,19 +52,25 @@ class TransportResult:
 
 def _check_problem(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     if not isinstance(cost, torch.Tensor) or cost.dim() < 2:
-        raise ValueError(f"cost must be a tensor of shape [..., n, m], got {getattr(cost, 'shape', type(cost).__name__)}")
+        raise ValueError(
+            f"cost must be a tensor of shape [..., n, m], got {getattr(cost, 'shape', type(cost).__name__)}"
+        )
     if not cost.is_floating_point():
         raise ValueError(f"cost must be floating point, got dtype {cost.dtype}")
     n, m = cost.shape[-2:]
     if a.shape[-1] != n or b.shape[-1] != m:
-        raise ValueError(f"marginals must have shapes [..., {n}] and [..., {m}] for a cost of shape {tuple(cost.shape)}; got {tuple(a.shape)} and {tuple(b.shape)}")
+        raise ValueError(
+            f"marginals must have shapes [..., {n}] and [..., {m}] for a cost of shape {tuple(cost.shape)}; got {tuple(a.shape)} and {tuple(b.shape)}"
+        )
     if not bool(torch.isfinite(cost).all()):
         raise ValueError("cost has NaN/inf entries; every objective/model loss must be finite")
     if bool((a < 0).any()) or bool((b < 0).any()):
         raise ValueError("marginals a and b must be non-negative")
     sa, sb = a.sum(-1), b.sum(-1)
     if bool((sa <= 0).any()) or not bool(torch.allclose(sa, sb, rtol=1e-5, atol=0.0)):
-        raise ValueError(f"marginals must have equal positive total mass; got sum(a)={sa.tolist()} and sum(b)={sb.tolist()}")
+        raise ValueError(
+            f"marginals must have equal positive total mass; got sum(a)={sa.tolist()} and sum(b)={sb.tolist()}"
+        )
 
 
 def _log_floor(dtype: torch.dtype) -> float:
@@ -82,7 +88,9 @@ def marginal_error(plan: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torc
     return torch.maximum(err_a, err_b) / a.sum(-1)
 
 
-def check_marginals(plan: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5, on_violation: str = "raise") -> torch.Tensor:
+def check_marginals(
+    plan: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5, on_violation: str = "raise"
+) -> torch.Tensor:
     """Verify Γ ≥ 0, finite, Γ1 = a, Γᵀ1 = b to relative tolerance ``tol``; returns the error.
 
     ``on_violation``: ``"raise"`` (:class:`TransportError`), ``"warn"`` or ``"report"`` (only
@@ -96,8 +104,10 @@ def check_marginals(plan: torch.Tensor, a: torch.Tensor, b: torch.Tensor, tol: f
     finite = bool(torch.isfinite(plan).all())
     worst = float(err.max()) if finite else math.inf
     if not finite or worst > tol or bool((plan < 0).any()):
-        msg = (f"transport plan violates its marginals: relative error {worst:.3g} > tol {tol:g} "
-               f"(total mass {float(a.sum(-1).max()):.6g}); plan finite={finite}")
+        msg = (
+            f"transport plan violates its marginals: relative error {worst:.3g} > tol {tol:g} "
+            f"(total mass {float(a.sum(-1).max()):.6g}); plan finite={finite}"
+        )
         if on_violation == "raise":
             raise TransportError(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=2)
@@ -139,9 +149,16 @@ def _scaling_updates(log_k, log_a, log_b, f, g, iters: int):
 # solvers
 
 
-def sinkhorn(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, eps: float = 1e-2, max_iter: int = 2000,
-             tol: float = 1e-7, check_every: int = 20, potentials: tuple[torch.Tensor, torch.Tensor] | None = None,
-             ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], int]:
+def sinkhorn(
+    cost: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    eps: float = 1e-2,
+    max_iter: int = 2000,
+    tol: float = 1e-7,
+    check_every: int = 20,
+    potentials: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], int]:
     """Entropic OT ``min <C, Γ> − ε H(Γ)`` by log-domain Sinkhorn.
 
     Returns ``(plan, (f, g), iterations)``. ``f, g`` are the scaled dual potentials (log scalings);
@@ -166,9 +183,17 @@ def sinkhorn(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, eps: float = 
     return torch.exp(f.unsqueeze(-1) + log_k + g.unsqueeze(-2)), (f, g), done
 
 
-def ipot(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, step: float = 0.01, max_iter: int = 200,
-         inner_iter: int = 1, tol: float = 1e-9, check_every: int = 50, plan0: torch.Tensor | None = None,
-         ) -> tuple[torch.Tensor, int]:
+def ipot(
+    cost: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    step: float = 0.01,
+    max_iter: int = 200,
+    inner_iter: int = 1,
+    tol: float = 1e-9,
+    check_every: int = 50,
+    plan0: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, int]:
     """Exact OT by the inexact proximal-point method IPOT (Xie et al. 2020), in the log domain.
 
     Each outer step solves ``min <C, Γ> + step · KL(Γ ‖ Γ_t)`` approximately by ``inner_iter``
@@ -212,9 +237,19 @@ def ipot(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, step: float = 0.0
 # entry point
 
 
-def solve(cost: torch.Tensor, a: torch.Tensor | None = None, b: torch.Tensor | None = None, tau: float = 0.0,
-          method: str = "ipot", plan0: torch.Tensor | None = None, max_outer: int = 20, tol: float = 1e-5,
-          on_violation: str = "raise", round_plan: bool = True, **solver_options) -> TransportResult:
+def solve(
+    cost: torch.Tensor,
+    a: torch.Tensor | None = None,
+    b: torch.Tensor | None = None,
+    tau: float = 0.0,
+    method: str = "ipot",
+    plan0: torch.Tensor | None = None,
+    max_outer: int = 20,
+    tol: float = 1e-5,
+    on_violation: str = "raise",
+    round_plan: bool = True,
+    **solver_options,
+) -> TransportResult:
     """Solve the MosT transport problem ``min_{Γ∈Ω} <C, Γ> + τ R(Γ)`` for one ``[n, m]`` cost.
 
     Args:
@@ -293,11 +328,24 @@ def solve(cost: torch.Tensor, a: torch.Tensor | None = None, b: torch.Tensor | N
         plan = round_to_marginals(plan, a, b)
     err = check_marginals(plan, a, b, tol=tol, on_violation=on_violation)
     objective = (cost * plan).sum() + tau * diversity_regulariser(plan)
-    return TransportResult(plan=plan.to(out_dtype), objective=objective.to(out_dtype), marginal_error=err,
-                           iterations=iters, outer_iterations=outer)
+    return TransportResult(
+        plan=plan.to(out_dtype),
+        objective=objective.to(out_dtype),
+        marginal_error=err,
+        iterations=iters,
+        outer_iterations=outer,
+    )
 
 
 __all__ = [
-    "SOLVERS", "TransportError", "TransportResult", "solve", "ipot", "sinkhorn", "round_to_marginals",
-    "check_marginals", "marginal_error", "diversity_regulariser",
+    "SOLVERS",
+    "TransportError",
+    "TransportResult",
+    "solve",
+    "ipot",
+    "sinkhorn",
+    "round_to_marginals",
+    "check_marginals",
+    "marginal_error",
+    "diversity_regulariser",
 ]

@@ -118,7 +118,8 @@ def _load_one(path: Path, map_location: Any) -> Any:
         if "weights_only" in str(exc) or "Unsupported global" in str(exc):
             raise ForeignCheckpoint(
                 f"{path} holds objects a morl checkpoint never holds (refused without running it): "
-                "use a checkpoint written by morl, or delete the file") from None
+                "use a checkpoint written by morl, or delete the file"
+            ) from None
         raise UserError(f"{path} is damaged ({_first_line(exc)})") from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, ValueError, OSError) as exc:
         raise UserError(f"{path} is not a readable checkpoint ({_first_line(exc)})") from None
@@ -165,5 +166,8 @@ def remove_orphans(folder: str | os.PathLike) -> list[Path]:
     for orphan in orphans:
         orphan.unlink(missing_ok=True)
     if orphans:
-        print(f"morl: removed {len(orphans)} temporary file(s) left by an interrupted checkpoint write in {folder}", file=sys.stderr)
+        print(
+            f"morl: removed {len(orphans)} temporary file(s) left by an interrupted checkpoint write in {folder}",
+            file=sys.stderr,
+        )
     return orphans

@@ -19,11 +19,20 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "supervised": ("morl.runners.supervised.command", "train a supervised multi-task model from a YAML config"),
     "fl": ("morl.runners.fl.command", "run federated learning (FedAvg, FedProx, FedMGDA+, MosT)"),
     "prompt": ("morl.runners.prompt.command", "train a mixture of soft prompts with MosT"),
-    "forum": ("morl.runners.forum.command", "FORUM multi-objective bi-level optimisation (hyper-cleaning, loss weights)"),
+    "forum": (
+        "morl.runners.forum.command",
+        "FORUM multi-objective bi-level optimisation (hyper-cleaning, loss weights)",
+    ),
     "sb3": ("morl.runners.sb3", "train the stable-baselines3 adapter with SB3's learn() and print evaluations"),
     "bench": ("morl.runners.bench.command", "run a benchmark (aggregators, rl, most, envs)"),
-    "sweep": ("morl.runners.sweep.command", "run a grid of configs and seeds on a local process pool or on Ray, resumable"),
-    "report": ("morl.runners.report.command", "compare methods over runs and seeds: tables with confidence intervals, plots"),
+    "sweep": (
+        "morl.runners.sweep.command",
+        "run a grid of configs and seeds on a local process pool or on Ray, resumable",
+    ),
+    "report": (
+        "morl.runners.report.command",
+        "compare methods over runs and seeds: tables with confidence intervals, plots",
+    ),
 }
 
 
@@ -53,13 +62,17 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a path the user gave: a file where a folder should be, read-only, disk full
         failed = True
         where = f" {exc.filename!r}" if exc.filename else ""
-        return _error(f"cannot read or write{where}: {exc.strerror or exc}; check the path, its permissions and free disk space")
+        return _error(
+            f"cannot read or write{where}: {exc.strerror or exc}; check the path, its permissions and free disk space"
+        )
     except RuntimeError as exc:
         if "Error(s) in loading state_dict" not in str(exc):
             raise
         failed = True
         first = str(exc).splitlines()[1].strip() if len(str(exc).splitlines()) > 1 else str(exc)
-        return _error(f"the checkpoint does not fit the networks of the run's config (was config.yaml edited?): {first}")
+        return _error(
+            f"the checkpoint does not fit the networks of the run's config (was config.yaml edited?): {first}"
+        )
     except KeyboardInterrupt as exc:
         print(f"morl: interrupted{': ' + str(exc) if str(exc) else ''}", file=sys.stderr)
         return 130

@@ -21,7 +21,9 @@ from morl.runners.errors import UserError
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
-        raise UserError(f"config {str(path)!r} is a directory; give a YAML file, e.g. {path / 'config.yaml'} or one from configs/")
+        raise UserError(
+            f"config {str(path)!r} is a directory; give a YAML file, e.g. {path / 'config.yaml'} or one from configs/"
+        )
     if not path.is_file():
         raise UserError(f"config file {str(path)!r} does not exist")
     try:
@@ -208,6 +210,10 @@ def require(cfg: Any, rules: dict[str, str], prefix: str = "") -> None:
         if value is None and nullable:
             continue
         items = value if isinstance(value, (list, tuple)) else [value]
-        if value is None or not items or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and test(v) for v in items):
+        if (
+            value is None
+            or not items
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and test(v) for v in items)
+        ):
             what = f"{allowed}{' or null' if nullable else ''}{' (each entry, at least one)' if isinstance(value, (list, tuple)) else ''}"
             raise UserError(f"{prefix}{key} {what}, got {value!r}")

@@ -46,8 +46,10 @@ def advice(lrs: str, clip: str | None) -> str:
 
 
 def streak_text(longest: int, key: str, limit: int, total: int, done: int) -> str:
-    return (f"{longest} updates in a row were non-finite (NaN/inf) and skipped ({key}={limit}; "
-            f"{total} of {done} updates skipped in all)")
+    return (
+        f"{longest} updates in a row were non-finite (NaN/inf) and skipped ({key}={limit}; "
+        f"{total} of {done} updates skipped in all)"
+    )
 
 
 def snapshot_steps(folder: Path) -> dict[int, Path]:
@@ -77,8 +79,10 @@ def warn_skipped(total: int, reported: int, updates: int) -> str | None:
     """
     if total <= reported:
         return None
-    return (f"warning: {total - reported} of the last {updates} updates were non-finite (NaN/inf) and skipped "
-            f"({total} in all); if this repeats, lower the learning rate")
+    return (
+        f"warning: {total - reported} of the last {updates} updates were non-finite (NaN/inf) and skipped "
+        f"({total} in all); if this repeats, lower the learning rate"
+    )
 
 
 def first_nonfinite(state, where: str = "") -> str | None:

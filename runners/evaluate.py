@@ -6,18 +6,32 @@ from __future__ import annotations
 def add_arguments(parser) -> None:
     parser.add_argument("run_dir", help="a run directory written by `morl train|supervised|forum|fl|prompt`")
     parser.add_argument("--checkpoint", default=None, help="checkpoint file (default: RUN_DIR/checkpoints/last.pt)")
-    parser.add_argument("--episodes", type=int, default=None, help="RL: episodes per task (default: run.eval_episodes or the protocol's)")
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=None,
+        help="RL: episodes per task (default: run.eval_episodes or the protocol's)",
+    )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: the run's device)")
-    parser.add_argument("--video", action="store_true",
-                        help="RL: also render evaluation episodes into RUN_DIR/videos/step_<N>/<task>.mp4|gif and TensorBoard")
-    parser.add_argument("--video-episodes", type=int, default=None, metavar="N", help="RL: episodes per task in each video (default 1; implies --video)")
+    parser.add_argument(
+        "--video",
+        action="store_true",
+        help="RL: also render evaluation episodes into RUN_DIR/videos/step_<N>/<task>.mp4|gif and TensorBoard",
+    )
+    parser.add_argument(
+        "--video-episodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="RL: episodes per task in each video (default 1; implies --video)",
+    )
 
 
 def main(args) -> int:
     from morl.runners.errors import UserError
+    from morl.runners.run_dir import existing_run_dir
     from morl.runners.shell.commands import evaluate
     from morl.runners.shell.kinds import experiment_class, kind_of
-    from morl.runners.run_dir import existing_run_dir
 
     cls = experiment_class(kind_of(existing_run_dir(args.run_dir)))
     options = {}

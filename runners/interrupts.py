@@ -14,9 +14,8 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from collections.abc import Iterator
-
+from contextlib import contextmanager
 
 DUPLICATE_SECONDS = 2.0
 
@@ -37,8 +36,12 @@ class StopRequest:
         self.requested = True
         self._first_at = time.monotonic()
         self.signal_name = signal.Signals(signum).name
-        print(f"\nmorl: {self.signal_name} received: stopping after this step and writing a checkpoint "
-              "(send it again to stop at once, without one)", file=sys.stderr, flush=True)
+        print(
+            f"\nmorl: {self.signal_name} received: stopping after this step and writing a checkpoint "
+            "(send it again to stop at once, without one)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 class Interrupted(KeyboardInterrupt):
@@ -73,6 +76,7 @@ def immediate_stop(message: str) -> Iterator[None]:
     """Inside the block a SIGINT/SIGTERM raises :class:`Interrupted` (``message``) at once: for
     work that is safe to abandon because resuming redoes it from the last checkpoint (a run's
     final evaluation, e.g. FORUM's baselines), so a scheduler's SIGTERM never waits for it."""
+
     def handle(signum, frame):
         raise Interrupted(f"{signal.Signals(signum).name}: {message}")
 

@@ -43,9 +43,19 @@ def format_eta(seconds: float) -> str:
 class Progress:
     """A tqdm bar over the run's units. ``enabled=None`` shows it only on a terminal."""
 
-    def __init__(self, total: int, initial: int = 0, desc: str = "train", enabled: bool | None = None, unit: str = "step") -> None:
+    def __init__(
+        self, total: int, initial: int = 0, desc: str = "train", enabled: bool | None = None, unit: str = "step"
+    ) -> None:
         disable = (not sys.stderr.isatty()) if enabled is None else not enabled
-        self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, dynamic_ncols=True, disable=disable, bar_format=BAR_FORMAT)
+        self.bar = tqdm(
+            total=total,
+            initial=initial,
+            desc=desc,
+            unit=unit,
+            dynamic_ncols=True,
+            disable=disable,
+            bar_format=BAR_FORMAT,
+        )
         self.fields: dict[str, str] = {}
         self.total, self.initial, self.position, self.unit = total, initial, initial, unit
         self.start = self._shown = self._beat = time.monotonic()
@@ -88,8 +98,11 @@ class Progress:
         eta = (self.total - position) / rate if rate > 0 else float("nan")
         fields = " ".join(f"{k}={v}" for k, v in self.fields.items() if k not in ("rate", "eta"))
         eta_text = f"eta {format_eta(eta)}" if estimate else "eta after warm-up"
-        print(f"{self.unit} {position}/{self.total} elapsed {(now - self.start) / 60:.1f} min {eta_text} {fields}".rstrip(),
-              file=sys.stderr, flush=True)
+        print(
+            f"{self.unit} {position}/{self.total} elapsed {(now - self.start) / 60:.1f} min {eta_text} {fields}".rstrip(),
+            file=sys.stderr,
+            flush=True,
+        )
 
     def message(self, text: str) -> None:
         """A line above the bar (also printed when the bar is hidden)."""

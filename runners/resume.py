@@ -10,7 +10,9 @@ from __future__ import annotations
 def add_arguments(parser) -> None:
     parser.add_argument("run_dir", help="a run directory written by `morl train|supervised|forum|fl|prompt`")
     parser.add_argument(
-        "overrides", nargs="*", metavar="key=value",
+        "overrides",
+        nargs="*",
+        metavar="key=value",
         help="change settings that do not alter the learner, e.g. run.total_steps=3000000 (RL) or epochs=60 (supervised)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")

@@ -34,7 +34,9 @@ def new_run_dir(out_dir: str | Path, name: str) -> Path:
     try:
         (path / CHECKPOINT_DIR).mkdir(parents=True)
     except OSError as exc:
-        raise UserError(f"cannot create the run directory {str(path)!r} ({exc.strerror}); set an output folder that is writable") from None
+        raise UserError(
+            f"cannot create the run directory {str(path)!r} ({exc.strerror}); set an output folder that is writable"
+        ) from None
     _created.append(path)
     claim_run_dir(path)
     return path
@@ -45,12 +47,16 @@ def named_run_dir(path: str | Path) -> Path:
     must not exist yet, or be an empty folder."""
     path = Path(path)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise UserError(f"--run-dir {str(path)!r} already exists and is not an empty folder; "
-                        f"continue it with `{command('morl')} resume {path}` or choose a new path")
+        raise UserError(
+            f"--run-dir {str(path)!r} already exists and is not an empty folder; "
+            f"continue it with `{command('morl')} resume {path}` or choose a new path"
+        )
     try:
         (path / CHECKPOINT_DIR).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"cannot create the run directory {str(path)!r} ({exc.strerror}); choose a writable path") from None
+        raise UserError(
+            f"cannot create the run directory {str(path)!r} ({exc.strerror}); choose a writable path"
+        ) from None
     _created.append(path)
     claim_run_dir(path)
     return path
@@ -65,7 +71,9 @@ def claim_run_dir(run_dir: str | Path) -> None:
     key = str(Path(run_dir).resolve())
     if key in _held_locks:
         return
-    handle = acquire(Path(run_dir) / LOCK_FILE, f"run directory {str(run_dir)!r}", "wait for it to finish or stop it first")
+    handle = acquire(
+        Path(run_dir) / LOCK_FILE, f"run directory {str(run_dir)!r}", "wait for it to finish or stop it first"
+    )
     if not _held_locks:
         atexit.register(release_run_dirs)  # runners called as functions (tests, notebooks) release at exit
     _held_locks[key] = handle
@@ -92,7 +100,9 @@ def existing_run_dir(path: str | Path) -> Path:
     """A run directory given on the command line (``morl eval``/``resume``), checked."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise UserError(f"{str(path)!r} is a file; give a run directory (the folder holding {CONFIG_FILE} and run.json)")
+        raise UserError(
+            f"{str(path)!r} is a file; give a run directory (the folder holding {CONFIG_FILE} and run.json)"
+        )
     if not path.is_dir():
         raise UserError(f"run directory {str(path)!r} does not exist")
     if not (path / CONFIG_FILE).is_file():
@@ -107,7 +117,9 @@ def last_checkpoint(run_dir: str | Path) -> Path:
     return path
 
 
-def check_config_unchanged(run_dir: Path, config: dict[str, Any], overrides: list[str], stored: dict[str, Any] | None = None) -> None:
+def check_config_unchanged(
+    run_dir: Path, config: dict[str, Any], overrides: list[str], stored: dict[str, Any] | None = None
+) -> None:
     """Refuse to resume when ``config.yaml`` no longer equals the config the checkpoint was
     written with, except for keys given explicitly as overrides on this command line.
 
@@ -128,8 +140,10 @@ def check_config_unchanged(run_dir: Path, config: dict[str, Any], overrides: lis
         if key in given or (old is _MISSING and key not in written):
             continue
         old = None if old is _MISSING else old
-        raise UserError(f"{run_dir / CONFIG_FILE} was edited since the last checkpoint ({key}: {old!r} -> {new!r}); "
-                        f"undo the edit, or pass {key}=... on the command line if the change is intended and allowed")
+        raise UserError(
+            f"{run_dir / CONFIG_FILE} was edited since the last checkpoint ({key}: {old!r} -> {new!r}); "
+            f"undo the edit, or pass {key}=... on the command line if the change is intended and allowed"
+        )
 
 
 _MISSING = object()
@@ -162,5 +176,7 @@ def drop_records_after(path: str | Path, step: int) -> None:
 
     path = Path(path)
     if path.is_file():
-        keep = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step]
+        keep = [
+            line for line in path.read_text().splitlines() if line.strip() and json.loads(line).get("step", 0) <= step
+        ]
         atomic_write_text(path, "".join(line + "\n" for line in keep))

@@ -14,7 +14,9 @@ POSITIVE = ("timesteps", "eval_every", "eval_episodes", "batch_size")  # options
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--env", default="point_mass", help="point_mass, mt10, mt50 or mt1:<task> (Meta-World, mtrl protocol)")
+    parser.add_argument(
+        "--env", default="point_mass", help="point_mass, mt10, mt50 or mt1:<task> (Meta-World, mtrl protocol)"
+    )
     parser.add_argument("--aggregator", default="cagrad")
     parser.add_argument("--timesteps", type=int, default=4000, help="transitions (all sub-envs together)")
     parser.add_argument("--eval-every", type=int, default=400)
@@ -24,7 +26,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--learning-starts", type=int, default=200, help="random transitions before the first update")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--time-updates", type=int, default=0, help="afterwards, CPU ms per update vs SB3's SAC over N updates")
+    parser.add_argument(
+        "--time-updates", type=int, default=0, help="afterwards, CPU ms per update vs SB3's SAC over N updates"
+    )
 
 
 def main(args) -> int:
@@ -39,8 +43,13 @@ def main(args) -> int:
     from morl.envs import evaluate_policy, make_env
 
     th.set_num_threads(1)
-    small = dict(policy_kwargs=dict(net_arch=net), batch_size=args.batch_size, learning_rate=args.lr,
-                 learning_starts=args.learning_starts, seed=args.seed)
+    small = dict(
+        policy_kwargs=dict(net_arch=net),
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
+        learning_starts=args.learning_starts,
+        seed=args.seed,
+    )
     model = MultiTaskSAC("MlpPolicy", env, aggregator=args.aggregator, **small)
     evaluation = make_env(args.env, seed=args.seed, eval=True)  # the mtrl protocol's fixed goals come from the seed
     start = time.process_time()
@@ -57,8 +66,10 @@ def main(args) -> int:
         for name, algo in (("MultiTaskSAC/" + args.aggregator, model), ("SB3 SAC", plain)):
             t = time.process_time()
             algo.train(args.time_updates, args.batch_size)
-            print(f"{name}: {1000 * (time.process_time() - t) / args.time_updates:.2f} CPU ms per update "
-                  f"({'x'.join(map(str, net))}, batch {args.batch_size}, 1 thread)")
+            print(
+                f"{name}: {1000 * (time.process_time() - t) / args.time_updates:.2f} CPU ms per update "
+                f"({'x'.join(map(str, net))}, batch {args.batch_size}, 1 thread)"
+            )
     return 0
 
 

@@ -14,7 +14,7 @@ several runs are merged and identical charts kept once, so every run may write i
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 CATEGORY = "morl: compare"
 CONFLICT_TAGS = ("grad/cos_min", "grad/cos_mean", "grad/conflicting_pairs")
@@ -32,9 +32,15 @@ def _per_task(prefix: str, task_names: Sequence[str] | None) -> list[str]:
     return _exact([f"{prefix}/{t}" for t in task_names])
 
 
-def layout(task_names: Sequence[str] | None = None, weight_tags: Sequence[str] | None = None, *,
-           success_tag: str = "eval/success", weight_tag: str = "aggregator/weight",
-           conflict_tags: Sequence[str] = CONFLICT_TAGS, speed_tags: Sequence[str] = SPEED_TAGS) -> dict:
+def layout(
+    task_names: Sequence[str] | None = None,
+    weight_tags: Sequence[str] | None = None,
+    *,
+    success_tag: str = "eval/success",
+    weight_tag: str = "aggregator/weight",
+    conflict_tags: Sequence[str] = CONFLICT_TAGS,
+    speed_tags: Sequence[str] = SPEED_TAGS,
+) -> dict:
     """The layout dict ``SummaryWriter.add_custom_scalars`` takes. ``weight_tags`` (exact tags)
     replace ``weight_tag/<task>``; charts with no tag are left out."""
     weights = _exact(weight_tags) if weight_tags is not None else _per_task(weight_tag, task_names)
@@ -48,7 +54,9 @@ def layout(task_names: Sequence[str] | None = None, weight_tags: Sequence[str] |
     return {CATEGORY: {title: ["Multiline", tags] for title, tags in charts.items() if tags}}
 
 
-def write_layout(writer, task_names: Sequence[str] | None = None, weight_tags: Sequence[str] | None = None, **tags) -> dict:
+def write_layout(
+    writer, task_names: Sequence[str] | None = None, weight_tags: Sequence[str] | None = None, **tags
+) -> dict:
     """Write the layout to ``writer`` (a ``torch.utils.tensorboard.SummaryWriter``, e.g.
     ``RunLogger.writer``) once, when a run starts; returns it. Keyword arguments as in
     :func:`layout` (``success_tag``, ``weight_tag``, ``conflict_tags``, ``speed_tags``)."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,7 +40,9 @@ class RunLogger:
         self.writer.add_scalar(tag, v, step)
         return v
 
-    def per_task(self, tag: str, values: Any, task_names: Sequence[str], step: int, mean: bool = True) -> dict[str, float]:
+    def per_task(
+        self, tag: str, values: Any, task_names: Sequence[str], step: int, mean: bool = True
+    ) -> dict[str, float]:
         """Log ``tag/<task>`` for each task and ``tag/mean``; returns the floats logged."""
         arr = _to_float_array(values)
         if arr.shape[0] != len(task_names):

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -115,7 +115,9 @@ def add_gif(writer, tag: str, shape: tuple[int, ...], gif: bytes, step: int) -> 
     writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
 
 
-def record_agent_videos(agent, eval_env, device, run_dir: str | Path, unit: str, position: int, episodes: int = 1) -> list[Path]:
+def record_agent_videos(
+    agent, eval_env, device, run_dir: str | Path, unit: str, position: int, episodes: int = 1
+) -> list[Path]:
     """``morl eval --video``: the agent's deterministic policy, videos into ``video_dir(...)`` and
     the run's TensorBoard folder (``RUN_DIR/tb``, tags ``eval/video/<task>`` at ``position``)."""
     import sys

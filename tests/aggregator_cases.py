@@ -92,7 +92,11 @@ CASES: dict[str, Case] = {
 #: extra configurations checked beyond each name's row (name, options, case)
 EXTRA = [
     ("cagrad", {"c": 1.0}, Case(non_conflicting=True, stationary_zero=True, permutation_invariant=True, linear=True)),
-    ("cagrad", {"c": 2.0, "rescale": 0}, Case(non_conflicting=True, stationary_zero=True, linear=True)),  # permutation: open (float64, K=15 full rank differs)
+    (
+        "cagrad",
+        {"c": 2.0, "rescale": 0},
+        Case(non_conflicting=True, stationary_zero=True, linear=True),
+    ),  # permutation: open (float64, K=15 full rank differs)
     ("moco", {"base": "pcgrad"}, Case(stateful=True, stochastic=True)),
     ("fairgrad", {"alpha": 2.0}, Case(non_conflicting=True)),
     ("nash_mtl", {"max_norm": 0.0, "update_weights_every": 2}, Case(stateful=True)),  # reused α may conflict

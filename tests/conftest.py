@@ -42,7 +42,12 @@ if int(os.environ.get("MORL_TEST_SEED_OFFSET", "0")):
         def manual_seed(self, seed):
             return super().manual_seed(int(seed) + _OFFSET)
 
-    _torch_manual_seed, _np_default_rng, _np_seed, _random_seed = torch.manual_seed, np.random.default_rng, np.random.seed, random.seed
+    _torch_manual_seed, _np_default_rng, _np_seed, _random_seed = (
+        torch.manual_seed,
+        np.random.default_rng,
+        np.random.seed,
+        random.seed,
+    )
     torch.Generator = _OffsetGenerator
     torch.manual_seed = lambda seed: _torch_manual_seed(int(seed) + _OFFSET)
     np.random.default_rng = lambda seed=None, *a: _np_default_rng(None if seed is None else _offset_np(seed), *a)
@@ -51,6 +56,7 @@ if int(os.environ.get("MORL_TEST_SEED_OFFSET", "0")):
 
     def _offset_np(seed):
         return int(seed) + _OFFSET if isinstance(seed, (int, np.integer)) else seed
+
 
 # What libraries keep in $TMPDIR by design and may reuse across runs: kept where it was, not
 # counted as litter. Ray (Flower's simulation backend) writes its session logs to $TMPDIR/ray and
@@ -85,11 +91,16 @@ def _tests_leave_no_temp_files(tmp_path_factory):
         else:
             os.environ["TMPDIR"] = saved
         tempfile.tempdir = None
-        left = sorted(p.name for p in root.iterdir() if p.name not in _TOLERATED and not p.name.startswith(_TOLERATED_PREFIXES))
+        left = sorted(
+            p.name for p in root.iterdir() if p.name not in _TOLERATED and not p.name.startswith(_TOLERATED_PREFIXES)
+        )
         shutil.rmtree(root, ignore_errors=True)
     if left:
-        pytest.fail(f"tests left {left} in $TMPDIR (removed); write to tmp_path, or configure the library "
-                    f"that made them (e.g. SB3-*: morl.agents.rl.sb3.folderless_logger)", pytrace=False)
+        pytest.fail(
+            f"tests left {left} in $TMPDIR (removed); write to tmp_path, or configure the library "
+            f"that made them (e.g. SB3-*: morl.agents.rl.sb3.folderless_logger)",
+            pytrace=False,
+        )
 
 
 def _user() -> str:
@@ -108,8 +119,11 @@ def cagrad_steps_off(monkeypatch):
     runs where the steps cannot finish."""
     import morl.aggregators.cagrad as cagrad_module
 
-    monkeypatch.setattr(cagrad_module, "_active_set_steps",
-                        lambda g, b, r, w, tol, rounds: (w, torch.zeros_like(w[..., 0], dtype=torch.bool)))
+    monkeypatch.setattr(
+        cagrad_module,
+        "_active_set_steps",
+        lambda g, b, r, w, tol, rounds: (w, torch.zeros_like(w[..., 0], dtype=torch.bool)),
+    )
 
 
 @pytest.fixture

@@ -57,6 +57,7 @@ def _caller_allowed(allow: frozenset[tuple[str, str]], depth: int) -> bool:
 def forbid_host_traffic(strict_cpu: bool = False, allow: frozenset[tuple[str, str]] = frozenset()):
     """Patch the transfer points above to raise :class:`HostTraffic` inside the block;
     ``allow`` holds (file path suffix, function name) pairs."""
+
     def read_guard(name, original):
         def guarded(self, *args, **kwargs):
             on_host = self.device.type == "cpu"
@@ -64,6 +65,7 @@ def forbid_host_traffic(strict_cpu: bool = False, allow: frozenset[tuple[str, st
             if not on_host or (strict_cpu and not _caller_allowed(allow, 2)):
                 raise HostTraffic(f"Tensor.{name} on a {self.device.type} tensor {tuple(self.shape)}")
             return original(self, *args, **kwargs)
+
         return guarded
 
     def to_guard(original):
@@ -72,6 +74,7 @@ def forbid_host_traffic(strict_cpu: bool = False, allow: frozenset[tuple[str, st
             if target is not None and target.type != self.device.type:
                 raise HostTraffic(f"Tensor.to from {self.device.type} to {target.type}")
             return original(self, *args, **kwargs)
+
         return guarded
 
     def copy_guard(original):
@@ -79,6 +82,7 @@ def forbid_host_traffic(strict_cpu: bool = False, allow: frozenset[tuple[str, st
             if isinstance(src, torch.Tensor) and src.device.type != self.device.type:
                 raise HostTraffic(f"Tensor.copy_ from {src.device.type} to {self.device.type}")
             return original(self, src, *args, **kwargs)
+
         return guarded
 
     def data_guard(name, original, data_pos):
@@ -88,9 +92,12 @@ def forbid_host_traffic(strict_cpu: bool = False, allow: frozenset[tuple[str, st
             if device is None and data_pos == 1 and isinstance(args[0], torch.Tensor):
                 device = args[0].device  # new_tensor puts the data on self's device
             device = torch.device(device) if device is not None else torch.device("cpu")
-            if not isinstance(data, torch.Tensor) and (device.type != "cpu" or (strict_cpu and not _caller_allowed(allow, 2))):
+            if not isinstance(data, torch.Tensor) and (
+                device.type != "cpu" or (strict_cpu and not _caller_allowed(allow, 2))
+            ):
                 raise HostTraffic(f"{name} from Python data onto {device.type}")
             return original(*args, **kwargs)
+
         return guarded
 
     with pytest.MonkeyPatch.context() as patch:

@@ -17,7 +17,9 @@ def randomly_spread(gen, k, d, rank, spread, stationary=False):
     """K×D (float64) of rank ``rank`` whose row norms are spread at random over ``spread``
     decades; with ``stationary`` the last row is minus a positive combination of the others
     (0 is in the hull: a Pareto-stationary point), before the spread."""
-    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(rank, d, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(
+        rank, d, generator=gen, dtype=torch.float64
+    )
     if stationary:
         j[-1] = -(torch.rand(k - 1, generator=gen, dtype=torch.float64) + 0.1) @ j[:-1]
     return j * (10.0 ** (spread * torch.rand(k, 1, generator=gen, dtype=torch.float64)))

@@ -20,8 +20,13 @@ STEP, EPISODE = 1, 2  # columns of the raw observation
 class ScriptedEnv(MultiTaskVecEnv):
     def __init__(self, terminate_at=(3, None, 5), max_episode_steps: int = 5) -> None:
         self.terminate_at = np.array([-1 if t is None else t for t in terminate_at])
-        super().__init__([f"task-{i}" for i in range(len(terminate_at))], 1, raw_obs_dim=3, action_dim=1,
-                         max_episode_steps=max_episode_steps)
+        super().__init__(
+            [f"task-{i}" for i in range(len(terminate_at))],
+            1,
+            raw_obs_dim=3,
+            action_dim=1,
+            max_episode_steps=max_episode_steps,
+        )
         self._step = np.zeros(self.num_envs, np.int64)
         self._episode = np.zeros(self.num_envs, np.int64)
 

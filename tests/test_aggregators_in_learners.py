@@ -16,8 +16,8 @@ import morl
 from morl.agents.rl.mtsac import MTSAC, MTSACConfig
 from morl.agents.rl.sb3 import MultiTaskSAC
 from morl.agents.supervised.multitask import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
-from morl.envs import make_env
 from morl.aggregators import available
+from morl.envs import make_env
 
 NAMES = available()
 
@@ -50,13 +50,20 @@ def test_morl_backward(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_mtsac_update(name):
     t, obs_raw, act, b = 3, 5, 2, 16
-    cfg = MTSACConfig(hidden_sizes=[16, 16], batch_size=t * b, buffer_capacity=100, actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3)
+    cfg = MTSACConfig(
+        hidden_sizes=[16, 16], batch_size=t * b, buffer_capacity=100, actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3
+    )
     agent = MTSAC(obs_raw + t, act, t, cfg, morl.build(name), "cpu", 0)
     g = torch.Generator().manual_seed(0)
     obs = torch.randn(t, b, obs_raw + t, generator=g)
     obs[..., obs_raw:] = torch.eye(t).unsqueeze(1)
-    batch = {"obs": obs, "action": torch.rand(t, b, act, generator=g) * 2 - 1, "reward": torch.randn(t, b, generator=g),
-             "next_obs": obs.clone(), "terminated": torch.zeros(t, b)}
+    batch = {
+        "obs": obs,
+        "action": torch.rand(t, b, act, generator=g) * 2 - 1,
+        "reward": torch.randn(t, b, generator=g),
+        "next_obs": obs.clone(),
+        "terminated": torch.zeros(t, b),
+    }
     before = [p.detach().clone() for p in agent.actor.parameters()]
     for step in range(3):
         agent.update(batch, step)
@@ -66,8 +73,15 @@ def test_mtsac_update(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_sb3_adapter_trains(name):
-    model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator=name, seed=0, batch_size=32,
-                         learning_starts=32, policy_kwargs=dict(net_arch=[16, 16]))
+    model = MultiTaskSAC(
+        "MlpPolicy",
+        make_env("point_mass", seed=0),
+        aggregator=name,
+        seed=0,
+        batch_size=32,
+        learning_starts=32,
+        policy_kwargs=dict(net_arch=[16, 16]),
+    )
     before = [p.detach().clone() for p in model.actor.parameters()]
     model.learn(48)  # 16 vector steps of 4 envs, then gradient steps
     after = list(model.actor.parameters())
@@ -83,8 +97,14 @@ def test_supervised_adapter_step(name):
     adapter = SupervisedMTL(net, morl.build(name), opt, shared="trunk", loss_fn=MultiTaskLoss(specs))
     g = torch.Generator().manual_seed(0)
     x = torch.randn(16, 5, generator=g)
-    y = torch.stack([torch.randint(0, 3, (16,), generator=g).float(), torch.randn(16, generator=g),
-                     torch.randint(0, 2, (16,), generator=g).float()], 1)
+    y = torch.stack(
+        [
+            torch.randint(0, 3, (16,), generator=g).float(),
+            torch.randn(16, generator=g),
+            torch.randint(0, 2, (16,), generator=g).float(),
+        ],
+        1,
+    )
     before = [p.detach().clone() for p in net.trunk.parameters()]
     for _ in range(3):
         adapter.step((x, y))

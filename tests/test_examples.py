@@ -28,7 +28,9 @@ def examples(monkeypatch):
 @pytest.mark.parametrize("seed", range(5))
 def test_unit_norm_mean_is_the_mean_of_unit_gradients_scaled_to_the_longest(examples, seed):
     gen = torch.Generator().manual_seed(seed)
-    grads = torch.randn(4, 50, generator=gen, dtype=torch.float64) * torch.tensor([[1e-3], [1.0], [7.0], [1e2]], dtype=torch.float64)
+    grads = torch.randn(4, 50, generator=gen, dtype=torch.float64) * torch.tensor(
+        [[1e-3], [1.0], [7.0], [1e2]], dtype=torch.float64
+    )
     norms = grads.norm(dim=1, keepdim=True)
     expected = norms.max() / 4 * (grads / norms).sum(0)  # written from the formula, not the code
     d = examples[0].UnitNormMean()(grads)
@@ -60,7 +62,9 @@ def test_the_example_learner_takes_the_aggregated_step_on_the_trunk_and_each_tas
     x, y = torch.randn(16, 3), torch.randn(16, 2)
     reference = copy.deepcopy(learner)
     losses = reference.losses(x, y)
-    trunk_grads = torch.autograd.grad(losses.mean(), list(reference.trunk.parameters()), retain_graph=True)  # mean of K rows
+    trunk_grads = torch.autograd.grad(
+        losses.mean(), list(reference.trunk.parameters()), retain_graph=True
+    )  # mean of K rows
     head_grads = torch.autograd.grad(losses.sum(), list(reference.heads.parameters()))
     learner.update(x, y)
     for p, p0, g in zip(learner.trunk.parameters(), reference.trunk.parameters(), trunk_grads):
@@ -69,7 +73,9 @@ def test_the_example_learner_takes_the_aggregated_step_on_the_trunk_and_each_tas
         torch.testing.assert_close(p, p0 - 0.1 * g)
 
 
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.integration), pytest.param(2, marks=pytest.mark.integration)])
+@pytest.mark.parametrize(
+    "seed", [0, pytest.param(1, marks=pytest.mark.integration), pytest.param(2, marks=pytest.mark.integration)]
+)
 def test_the_example_learner_learns_two_linear_tasks_with_mgda(examples, seed):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(256, 4, generator=gen)

@@ -93,8 +93,9 @@ def test_batched_task_grads_return_aux_stacked_over_tasks(gen):
     assert torch.allclose(aux["out"], model(x).detach(), atol=1e-12)  # [K, B/K, out], task by task
     assert aux["first"].shape == (x.shape[0], *model(x).shape[2:])
     with pytest.raises(ValueError, match=r"return \(loss, aux\)"):
-        batched_task_grads(lambda p, a: (p["w"] * a).sum(), {"w": torch.ones(3, requires_grad=True)}, torch.ones(2, 3),
-                           has_aux=True)
+        batched_task_grads(
+            lambda p, a: (p["w"] * a).sum(), {"w": torch.ones(3, requires_grad=True)}, torch.ones(2, 3), has_aux=True
+        )
 
 
 def test_unused_parameters_get_zero_rows(gen):
@@ -158,7 +159,11 @@ def test_backward_works_with_every_aggregator(gen, name, monkeypatch):
     ``needs_grads`` False (the loss weightings) gets there with ONE backward and never the
     per-task Jacobian, every other one with one call of per_task_grads."""
     model, (x, y, scale) = mlp(), task_data(gen)
-    agg, ref_agg = (build("moco", base="cagrad"), build("moco", base="cagrad")) if name == "moco+cagrad" else (build(name), build(name))
+    agg, ref_agg = (
+        (build("moco", base="cagrad"), build("moco", base="cagrad"))
+        if name == "moco+cagrad"
+        else (build(name), build(name))
+    )
     losses = stacked_losses(model, x, y, scale)
     rows = reference_rows(model, x, y, scale)
     calls, real = [], morl.gradients.per_task_grads
@@ -202,7 +207,9 @@ def test_bad_inputs_raise_clear_errors(gen):
     with pytest.raises(ValueError, match="same leading task dimension"):
         batched_task_grads(lambda p, a, b: (p["w"] * a).sum() + b.sum(), params, torch.ones(2, 3), torch.ones(3, 3))
     with pytest.raises(ValueError, match="both params and per_task_params"):
-        batched_task_grads(lambda p, a: (p["w"] * a).sum(), params, torch.ones(2, 3), per_task_params={"w": torch.ones(2, 3)})
+        batched_task_grads(
+            lambda p, a: (p["w"] * a).sum(), params, torch.ones(2, 3), per_task_params={"w": torch.ones(2, 3)}
+        )
     with pytest.raises(ValueError, match="scalar per task"):
         batched_task_grads(lambda p, a: p["w"] * a, params, torch.ones(2, 3))
 
@@ -450,7 +457,6 @@ def test_losses_that_do_not_reach_the_parameters_warn(name):
         direction = morl.backward(torch.stack([w.sum(), (w * w).sum()]), unrelated, build(name))
     assert len([r for r in record if "do not reach" in str(r.message)]) == 1
     assert torch.equal(direction, torch.zeros(6))
-
 
 
 def test_a_plain_callable_that_returns_nan_from_finite_rows_is_refused():

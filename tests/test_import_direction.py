@@ -40,10 +40,15 @@ def _imports_of(folder: str, target: str) -> set[tuple[str, str]]:
     }
 
 
-@pytest.mark.parametrize(("folder", "forbidden"), [
-    ("envs", "morl.agents"), ("envs", "morl.runners"),
-    ("agents", "morl.envs"), ("agents", "morl.runners"),
-])
+@pytest.mark.parametrize(
+    ("folder", "forbidden"),
+    [
+        ("envs", "morl.agents"),
+        ("envs", "morl.runners"),
+        ("agents", "morl.envs"),
+        ("agents", "morl.runners"),
+    ],
+)
 def test_no_sideways_or_upward_import(folder, forbidden):
     assert _imports_of(folder, forbidden) == set()
 
@@ -56,12 +61,15 @@ def test_the_core_imports_neither_learners_nor_envs_nor_runners():
 @pytest.mark.parametrize("old", ["agents", "envs", "runners"])
 def test_nothing_imports_the_repository_folders_as_top_level_packages(old):
     # They install as morl.agents / morl.envs / morl.runners (pyproject.toml's package-dir).
-    hits = {hit for folder in ("morl", "agents", "envs", "runners", "tests", "tools") for hit in _imports_of(folder, old)}
+    hits = {
+        hit for folder in ("morl", "agents", "envs", "runners", "tests", "tools") for hit in _imports_of(folder, old)
+    }
     assert hits == set()
 
 
 def test_imports_under_type_checking_and_in_functions_count(tmp_path):
     src = tmp_path / "m.py"
-    src.write_text("from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    import b\n"
-                   "def f():\n    from c.d import e\n")
+    src.write_text(
+        "from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    import b\ndef f():\n    from c.d import e\n"
+    )
     assert _imports(src) == {"typing", "a", "b", "c.d"}

@@ -62,8 +62,13 @@ def _mtsac_batch(seed):
     g = torch.Generator().manual_seed(seed)
     obs = torch.randn(T, B, OBS_RAW + T, generator=g)
     obs[..., OBS_RAW:] = torch.eye(T).unsqueeze(1)
-    return {"obs": obs, "action": torch.rand(T, B, A, generator=g) * 2 - 1, "reward": torch.randn(T, B, generator=g) + 3.0,
-            "next_obs": obs + 0.1, "terminated": torch.zeros(T, B)}
+    return {
+        "obs": obs,
+        "action": torch.rand(T, B, A, generator=g) * 2 - 1,
+        "reward": torch.randn(T, B, generator=g) + 3.0,
+        "next_obs": obs + 0.1,
+        "terminated": torch.zeros(T, B),
+    }
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -88,8 +93,9 @@ def test_sb3_actor_step(name, monkeypatch, float64):
 
     models = []
     for explicit in (False, True):
-        model = sb3_module.MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator=name, seed=0,
-                                        policy_kwargs=dict(net_arch=[16, 16]))
+        model = sb3_module.MultiTaskSAC(
+            "MlpPolicy", make_env("point_mass", seed=0), aggregator=name, seed=0, policy_kwargs=dict(net_arch=[16, 16])
+        )
         model.policy.double()
         for net in (model.actor, model.critic):  # SB3's preprocessing casts to float32; the obs here are flat
             net.extract_features = lambda obs, features_extractor=None: obs
@@ -121,15 +127,27 @@ def test_supervised_adapter(name, monkeypatch, float64):
     specs = [TaskSpec("a", "classification", 3), TaskSpec("b", "regression"), TaskSpec("c", "classification", 2)]
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(16, 5, generator=gen)
-    y = torch.stack([torch.randint(0, 3, (16,), generator=gen).double(), torch.randn(16, generator=gen),
-                     torch.randint(0, 2, (16,), generator=gen).double()], 1)
+    y = torch.stack(
+        [
+            torch.randint(0, 3, (16,), generator=gen).double(),
+            torch.randn(16, generator=gen),
+            torch.randint(0, 2, (16,), generator=gen).double(),
+        ],
+        1,
+    )
     nets = []
     for fast in (True, False):
         torch.manual_seed(0)
         net = MultiHeadMLP(5, [8, 6], specs)
         agg = morl.build(name) if fast else _explicit(morl.build(name))
-        adapter = SupervisedMTL(net, agg, torch.optim.Adam(net.parameters(), lr=1e-2), shared="trunk",
-                                loss_fn=MultiTaskLoss(specs), task_weights=[1.0, 0.5, 2.0])
+        adapter = SupervisedMTL(
+            net,
+            agg,
+            torch.optim.Adam(net.parameters(), lr=1e-2),
+            shared="trunk",
+            loss_fn=MultiTaskLoss(specs),
+            task_weights=[1.0, 0.5, 2.0],
+        )
         with monkeypatch.context() as m:
             if fast:
                 m.setattr(supervised_module, "per_task_grads", _forbidden)
@@ -143,8 +161,14 @@ def test_supervised_adapter(name, monkeypatch, float64):
 def test_supervised_keep_task_grads_for_orderings(monkeypatch):
     specs = [TaskSpec("a", "regression"), TaskSpec("b", "regression")]
     net = MultiHeadMLP(3, [4], specs)
-    adapter = SupervisedMTL(net, morl.build("famo"), torch.optim.SGD(net.parameters(), lr=0.1), shared="trunk",
-                            loss_fn=MultiTaskLoss(specs), keep_task_grads=True)
+    adapter = SupervisedMTL(
+        net,
+        morl.build("famo"),
+        torch.optim.SGD(net.parameters(), lr=0.1),
+        shared="trunk",
+        loss_fn=MultiTaskLoss(specs),
+        keep_task_grads=True,
+    )
     adapter.step((torch.randn(8, 3), torch.randn(8, 2)))
     assert adapter.last_task_grads.shape == (2, sum(p.numel() for p in net.trunk.parameters()))
 
@@ -152,16 +176,24 @@ def test_supervised_keep_task_grads_for_orderings(monkeypatch):
 def test_mtsac_famo_critic_updates_its_logits_on_the_same_batch(float64):
     """configs/mt10_famo.yaml's wiring: FAMO on the critics, its logit step from the critic losses
     before and after the critic step on the same batch (Algorithm 1), as the authors' MT10 agent."""
-    cfg = MTSACConfig(hidden_sizes=[16, 16], batch_size=T * B, buffer_capacity=100, aggregate="none",
-                      aggregate_critic=True, actor_update_freq=2, target_update_freq=2)
+    cfg = MTSACConfig(
+        hidden_sizes=[16, 16],
+        batch_size=T * B,
+        buffer_capacity=100,
+        aggregate="none",
+        aggregate_critic=True,
+        actor_update_freq=2,
+        target_update_freq=2,
+    )
     agent = MTSAC(OBS_RAW + T, A, T, cfg, morl.build("famo", w_lr=0.1), "cpu", 0)
     batch = _mtsac_batch(0)
     eps_next = torch.randn(T, B, A, generator=agent.generator.clone_state())
     alpha = agent.log_alpha.detach().exp()
     out = agent.update(batch, 1)  # step 1: no actor/target update, so the losses below are the critic's alone
     with torch.no_grad():
-        after = agent._critic_losses(batch["obs"], batch["action"], batch["reward"], batch["next_obs"],
-                                     batch["terminated"], eps_next, alpha)
+        after = agent._critic_losses(
+            batch["obs"], batch["action"], batch["reward"], batch["next_obs"], batch["terminated"], eps_next, alpha
+        )
     reference = morl.build("famo", w_lr=0.1)
     reference.loss_weights(out["critic_loss"])
     reference.update(after)

@@ -28,9 +28,13 @@ def test_weighted_min_norm_matches_qp_on_support(gen):
         g = gamma[sup, j].unsqueeze(1) * jac[j, sup]
         k = g.shape[0]
         eye = torch.eye(k, dtype=torch.float64)
-        lam = quadprog.solve_qp((g @ g.T + 1e-12 * eye).numpy(), torch.zeros(k, dtype=torch.float64).numpy(),
-                                torch.cat([torch.ones(1, k, dtype=torch.float64), eye]).T.numpy(),
-                                torch.cat([torch.ones(1), torch.zeros(k)]).double().numpy(), meq=1)[0]
+        lam = quadprog.solve_qp(
+            (g @ g.T + 1e-12 * eye).numpy(),
+            torch.zeros(k, dtype=torch.float64).numpy(),
+            torch.cat([torch.ones(1, k, dtype=torch.float64), eye]).T.numpy(),
+            torch.cat([torch.ones(1), torch.zeros(k)]).double().numpy(),
+            meq=1,
+        )[0]
         ref = torch.from_numpy(lam) @ g
         torch.testing.assert_close(dirs[j], ref, atol=1e-6, rtol=1e-5)
         off = gamma[:, j] == 0

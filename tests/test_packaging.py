@@ -75,7 +75,11 @@ def test_the_package_list_names_every_package_folder():
 
 
 def test_repository_folders_map_into_the_morl_namespace():
-    assert PYPROJECT["tool"]["setuptools"]["package-dir"] == {"morl.agents": "agents", "morl.envs": "envs", "morl.runners": "runners"}
+    assert PYPROJECT["tool"]["setuptools"]["package-dir"] == {
+        "morl.agents": "agents",
+        "morl.envs": "envs",
+        "morl.runners": "runners",
+    }
     assert PYPROJECT["project"]["scripts"] == {"morl": "morl.runners.cli:main"}
 
 
@@ -91,14 +95,22 @@ def test_the_core_depends_on_torch_only_and_every_capability_has_an_extra():
     assert capabilities <= set(extras)
     (everything,) = extras["all"]
     assert set(everything.removeprefix("morl-suite[").removesuffix("]").split(",")) == capabilities
-    assert any(d.startswith("stable-baselines3") for d in extras["sb3"]) and any(d.startswith("metaworld") for d in extras["rl"])
+    assert any(d.startswith("stable-baselines3") for d in extras["sb3"]) and any(
+        d.startswith("metaworld") for d in extras["rl"]
+    )
 
 
 @pytest.mark.integration  # a fresh interpreter
 def test_the_core_imports_and_aggregates_with_nothing_but_torch():
     allowed = _torch_and_its_requirements()
     assert "torch" in allowed and "numpy" not in allowed
-    out = subprocess.run([sys.executable, "-c", TORCH_ONLY, ",".join(sorted(allowed))], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", TORCH_ONLY, ",".join(sorted(allowed))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     from morl.aggregators import available
 
@@ -107,13 +119,33 @@ def test_the_core_imports_and_aggregates_with_nothing_but_torch():
 
 @pytest.mark.integration  # builds a wheel
 def test_the_wheel_installs_learners_envs_and_runners_under_morl(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT), "-w", str(tmp_path)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            str(ROOT),
+            "-w",
+            str(tmp_path),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = tmp_path.glob("morl_suite-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.startswith("morl_suite-")}
     assert tops == {"morl"}
-    for module in ("morl/agents/rl/mtsac.py", "morl/envs/metaworld_env.py", "morl/runners/cli.py", "morl/aggregators/cagrad.py"):
+    for module in (
+        "morl/agents/rl/mtsac.py",
+        "morl/envs/metaworld_env.py",
+        "morl/runners/cli.py",
+        "morl/aggregators/cagrad.py",
+    ):
         assert module in names
 
 

@@ -25,20 +25,23 @@ def test_unknown_name_and_option_list_the_valid_ones():
         build("cagrad", cc=0.5)
 
 
-@pytest.mark.parametrize("name, options, fragment", [
-    ("cagrad", {"c": -1.0}, "c=-1.0"),
-    ("cagrad", {"rescale": 3}, "allowed: 0, 1, 2"),
-    ("mgda", {"max_iter": 0}, "max_iter"),
-    ("pcgrad", {"reduction": "max"}, "allowed: mean, sum"),
-    ("mean", {"reduction": "avg"}, "allowed: mean, sum"),
-    ("moco", {"lambda_map": "sigmoid"}, "allowed: proj, softmax, exact"),
-    ("moco", {"order": "random"}, "allowed: paper, code"),
-    ("moco", {"grad_norm": "l1"}, "allowed: none, l2, loss, l2_loss"),
-    ("moco", {"preset": "mt10"}, "allowed: toy, cityscapes, nyuv2, office"),
-    ("moco", {"beta0": 0.0}, "beta0"),
-    ("moco", {"y_radius": -1.0}, "y_radius"),
-    ("moco", {"check_finite": "maybe"}, "allowed: raise, skip, off"),
-])
+@pytest.mark.parametrize(
+    "name, options, fragment",
+    [
+        ("cagrad", {"c": -1.0}, "c=-1.0"),
+        ("cagrad", {"rescale": 3}, "allowed: 0, 1, 2"),
+        ("mgda", {"max_iter": 0}, "max_iter"),
+        ("pcgrad", {"reduction": "max"}, "allowed: mean, sum"),
+        ("mean", {"reduction": "avg"}, "allowed: mean, sum"),
+        ("moco", {"lambda_map": "sigmoid"}, "allowed: proj, softmax, exact"),
+        ("moco", {"order": "random"}, "allowed: paper, code"),
+        ("moco", {"grad_norm": "l1"}, "allowed: none, l2, loss, l2_loss"),
+        ("moco", {"preset": "mt10"}, "allowed: toy, cityscapes, nyuv2, office"),
+        ("moco", {"beta0": 0.0}, "beta0"),
+        ("moco", {"y_radius": -1.0}, "y_radius"),
+        ("moco", {"check_finite": "maybe"}, "allowed: raise, skip, off"),
+    ],
+)
 def test_bad_option_values_raise_one_line(name, options, fragment):
     with pytest.raises(ValueError, match=fragment.replace("(", r"\(").replace(".", r"\.")) as err:
         build(name, **options)

@@ -16,7 +16,9 @@ def _problem(gen, n=30, m=5, scale=2.3):
     return cost, a, b
 
 
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.integration), pytest.param(2, marks=pytest.mark.integration)])
+@pytest.mark.parametrize(
+    "seed", [0, pytest.param(1, marks=pytest.mark.integration), pytest.param(2, marks=pytest.mark.integration)]
+)
 def test_ipot_matches_exact_emd(seed):
     cost, a, b = _problem(torch.Generator().manual_seed(seed))
     res = T.solve(cost, a, b, max_iter=1000)
@@ -37,7 +39,9 @@ def test_plan_is_sparse_vertex(gen):
 def test_sinkhorn_marginals_and_entropic_reference(gen):
     cost, a, b = _problem(gen)
     plan, _, _ = T.sinkhorn(cost, a / 5, b / 5, eps=0.05, tol=1e-10, max_iter=5000)
-    ref = ot.sinkhorn(a.numpy() / 5, b.numpy() / 5, cost.numpy(), 0.05, method="sinkhorn_log", stopThr=1e-12, numItermax=20000)
+    ref = ot.sinkhorn(
+        a.numpy() / 5, b.numpy() / 5, cost.numpy(), 0.05, method="sinkhorn_log", stopThr=1e-12, numItermax=20000
+    )
     np.testing.assert_allclose(plan.numpy(), ref, atol=1e-7)
     assert float(T.marginal_error(plan, a / 5, b / 5)) < 1e-9
 

@@ -93,12 +93,22 @@ def probe_solvers() -> dict[str, object]:
     cases = _min_norm_cases()
     for name, (g, kw) in cases.items():
         lam, ok = mn.min_norm_solve(g, **kw)
-        res["mn_" + name] = ("simplex", g.double() + kw.get("rho", 0.0) * torch.eye(g.shape[-1], dtype=torch.float64), lam, ok)
+        res["mn_" + name] = (
+            "simplex",
+            g.double() + kw.get("rho", 0.0) * torch.eye(g.shape[-1], dtype=torch.float64),
+            lam,
+            ok,
+        )
         res["gap_" + name] = ("values", mn.min_norm_gap(g, torch.full(g.shape[:-1], 1.0 / g.shape[-1], dtype=g.dtype)))
     for name, (g, kw) in list(cases.items())[::7]:  # the branch-free (GPU) route on a subset
         with _device_route(mn):
             lam, ok = mn.min_norm_solve(g, **kw)
-        res["dev_" + name] = ("simplex", g.double() + kw.get("rho", 0.0) * torch.eye(g.shape[-1], dtype=torch.float64), lam, ok)
+        res["dev_" + name] = (
+            "simplex",
+            g.double() + kw.get("rho", 0.0) * torch.eye(g.shape[-1], dtype=torch.float64),
+            lam,
+            ok,
+        )
     gen = torch.Generator().manual_seed(3)
     for shape in ((1,), (2,), (5,), (9,), (4, 7), (3, 2, 16)):
         for scale in (0.1, 1.0, 30.0):
@@ -154,8 +164,12 @@ def probe_dual_cone() -> dict[str, object]:
         with _device_route(dc):
             v, ok = dc.project_to_dual_cone(g, u, **kw)
         res["dev_" + name] = ("cone", g.double(), u, v, ok, g.dtype)
-    _aggregator_results(res, morl, (("upgrad", {}), ("upgrad", {"reg_eps": 1e-4}), ("dualproj", {}),
-                                     ("dualproj", {"reg_eps": 1e-3})), ks=(2, 3, 6, 10, 13, 20))
+    _aggregator_results(
+        res,
+        morl,
+        (("upgrad", {}), ("upgrad", {"reg_eps": 1e-4}), ("dualproj", {}), ("dualproj", {"reg_eps": 1e-3})),
+        ks=(2, 3, 6, 10, 13, 20),
+    )
     return res
 
 
@@ -189,8 +203,12 @@ def probe_cagrad() -> dict[str, object]:
         batch = torch.stack([g / g.diagonal().max() for n, g in _gramians().items() if n.startswith(f"k{k}_")][:5])
         weights, w, ok = cg.cagrad_dual_solve(batch, 0.5)
         res[f"batch_{k}"] = ("weights", batch, weights, ok)
-    _aggregator_results(res, morl, [("cagrad", opts) for opts in (
-        {}, {"c": 0.9, "rescale": 0}, {"c": 2.0, "rescale": 2}, {"warm_start": True})], ks=(2, 3, 7, 10, 14))
+    _aggregator_results(
+        res,
+        morl,
+        [("cagrad", opts) for opts in ({}, {"c": 0.9, "rescale": 0}, {"c": 2.0, "rescale": 2}, {"warm_start": True})],
+        ks=(2, 3, 7, 10, 14),
+    )
     return res
 
 
@@ -207,12 +225,17 @@ def probe_alpha_fair() -> dict[str, object]:
             kw = {"init": torch.ones(g.shape[-1], dtype=torch.float64)} if i % 3 == 1 else {}
             with _device_route(af) if i % 5 == 0 else _device_route():
                 w, ok, stationary = af.alpha_fair_solve(g, a, **kw)
-            res[f"af_{name}_{a}"] = ("values", torch.cat([w / w.amax(), ok.double().view(1), stationary.double().view(1)]))
+            res[f"af_{name}_{a}"] = (
+                "values",
+                torch.cat([w / w.amax(), ok.double().view(1), stationary.double().view(1)]),
+            )
     for k in (3, 8, 12):
         batch = torch.stack([g for n, g in grams.items() if n.startswith(f"k{k}_")][:5])
         w, ok, stationary = af.alpha_fair_solve(batch, 1.0)
-        res[f"af_batch_{k}"] = ("values", torch.cat([w / w.amax(-1, keepdim=True), ok.double().unsqueeze(-1),
-                                                     stationary.double().unsqueeze(-1)], -1))
+        res[f"af_batch_{k}"] = (
+            "values",
+            torch.cat([w / w.amax(-1, keepdim=True), ok.double().unsqueeze(-1), stationary.double().unsqueeze(-1)], -1),
+        )
     _aggregator_results(res, morl, (("nash_mtl", {}), ("fairgrad", {}), ("fairgrad", {"alpha": 2.0})))
     return res
 
@@ -231,7 +254,10 @@ def probe_priority_qp() -> dict[str, object]:
         for tau in (0.0, 0.02, 0.5):
             taus = tau * torch.rand(k - 1, generator=gen, dtype=torch.float64)
             mu, feasible, converged = solve_masked(*dual_terms(gn, taus), 1e-9, 3 * k + 10)
-            res[f"pqp_{name}_{tau}"] = ("values", torch.cat([mu, feasible.double().view(1), converged.double().view(1)]))
+            res[f"pqp_{name}_{tau}"] = (
+                "values",
+                torch.cat([mu, feasible.double().view(1), converged.double().view(1)]),
+            )
     _aggregator_results(res, morl, (("pcd", {}), ("pcd", {"tau": 0.3})))
     return res
 
@@ -247,7 +273,10 @@ def _aggregator_results(res: dict, morl, methods, ks=(2, 3, 6, 10, 13)) -> None:
                 agg = morl.build(method, **opts)
                 for rep in range(2):
                     res[f"agg_{method}_{opts}_{k}_{spread}_{rep}"] = ("values", agg(j) / j.norm(dim=1).max())
-                res[f"agg32_{method}_{opts}_{k}_{spread}"] = ("values", morl.build(method, **opts)(j.float()) / j.norm(dim=1).max())
+                res[f"agg32_{method}_{opts}_{k}_{spread}"] = (
+                    "values",
+                    morl.build(method, **opts)(j.float()) / j.norm(dim=1).max(),
+                )
 
 
 class _device_route:
@@ -271,7 +300,10 @@ PROBES: dict[str, tuple[Callable[[], dict], tuple[str, ...]]] = {
     "solvers": (probe_solvers, ("morl.solvers.min_norm", "morl.solvers.simplex.")),
     "cagrad": (probe_cagrad, ("morl.aggregators.cagrad",)),
     "dual_cone": (probe_dual_cone, ("morl.solvers.dual_cone", "morl.aggregators.upgrad", "morl.aggregators.dualproj")),
-    "alpha_fair": (probe_alpha_fair, ("morl.solvers.alpha_fair", "morl.aggregators.nash_mtl", "morl.aggregators.fairgrad")),
+    "alpha_fair": (
+        probe_alpha_fair,
+        ("morl.solvers.alpha_fair", "morl.aggregators.nash_mtl", "morl.aggregators.fairgrad"),
+    ),
     "priority_qp": (probe_priority_qp, ("morl.solvers.priority_qp", "morl.aggregators.pcd")),
 }
 
@@ -375,8 +407,9 @@ def _alarm(*_):
 
 
 def _survivors(prefixes: tuple[str, ...]) -> list[str]:
-    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "mutmut"), "results"], capture_output=True,
-                         text=True, cwd="..").stdout
+    out = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "mutmut"), "results"], capture_output=True, text=True, cwd=".."
+    ).stdout
     names = [line.split(":")[0].strip() for line in out.splitlines() if line.strip().endswith("survived")]
     return [n for n in names if n.startswith(prefixes)]
 

@@ -25,8 +25,20 @@ ROOT = Path(__file__).resolve().parent.parent
 CORE = ("morl/aggregators", "morl/solvers")
 NAMESPACED = ("agents", "envs", "runners")  # installed as morl.agents, ...: the scratch morl/ holds them
 FEDERATED = ["agents/federated/strategies.py", "agents/federated/client.py"]
-FEDERATED_FLAT_TESTS = [f"tests/test_fl{name}.py" for name in (
-    "", "_math", "_official", "_strategies_exact", "_client_exact", "_state", "_most_linear", "_defaults", "_robust")]
+FEDERATED_FLAT_TESTS = [
+    f"tests/test_fl{name}.py"
+    for name in (
+        "",
+        "_math",
+        "_official",
+        "_strategies_exact",
+        "_client_exact",
+        "_state",
+        "_most_linear",
+        "_defaults",
+        "_robust",
+    )
+]
 
 
 def mirror(path: str) -> str:
@@ -53,8 +65,10 @@ def build_modules() -> dict[str, tuple[list[str], list[str]]]:
     """key -> (files to mutate, test files and pytest options)."""
     core = sorted(str(p.relative_to(ROOT)) for d in CORE for p in (ROOT / d).glob("*.py") if p.name != "__init__.py")
     registry = (ROOT / "morl/aggregators/__init__.py").read_text()
-    methods = {f"morl/aggregators/{file}.py": name
-               for name, file in re.findall(r'"(\w+)": "morl\.aggregators\.(\w+):', registry)}
+    methods = {
+        f"morl/aggregators/{file}.py": name
+        for name, file in re.findall(r'"(\w+)": "morl\.aggregators\.(\w+):', registry)
+    }
     suites = existing(sorted(p.relative_to(ROOT) for p in (ROOT / "tests/aggregators").glob("test_*.py")))
     cross = [t for t in suites if t not in map(mirror, methods)]
     imports = {path: imported_modules(path) for path in core}
@@ -117,7 +131,9 @@ pytest_add_cli_args_test_selection = {json.dumps(tests)}
     # mutmut keeps its map of tests to functions and its verdicts when tests change: after an
     # edit of a selected test file, map them anew and retry the survivors
     stats = scratch / "mutants" / "mutmut-stats.json"
-    if stats.exists() and any((ROOT / t).stat().st_mtime > stats.stat().st_mtime for t in tests if t.startswith("tests/")):
+    if stats.exists() and any(
+        (ROOT / t).stat().st_mtime > stats.stat().st_mtime for t in tests if t.startswith("tests/")
+    ):
         stats.unlink()
         for meta in (scratch / "mutants" / (scratch_path(m) + ".meta") for m in mutate):
             if meta.exists():
@@ -131,7 +147,7 @@ def main(argv: list[str]) -> int:
     jobs = "2"
     if "--jobs" in argv:
         i = argv.index("--jobs")
-        jobs, argv = argv[i + 1], argv[:i] + argv[i + 2:]
+        jobs, argv = argv[i + 1], argv[:i] + argv[i + 2 :]
     wanted = [m.rstrip("/") for m in argv if m != "--list"]
     modules = [m for m in MODULES if not wanted or any(m == w or m.startswith(w + "/") for w in wanted)]
     if not modules:

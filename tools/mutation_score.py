@@ -29,7 +29,9 @@ def collect(prefix: str) -> dict:
             if not meta.exists():
                 continue
             codes = json.loads(meta.read_text())["exit_code_by_key"]
-            row = rows.setdefault(module, {"mutants": 0, "killed": 0, "survived": 0, "no test": 0, "other": 0, "names": []})
+            row = rows.setdefault(
+                module, {"mutants": 0, "killed": 0, "survived": 0, "no test": 0, "other": 0, "names": []}
+            )
             for name, code in codes.items():
                 row["mutants"] += 1
                 if code in KILLED or code in TIMEOUT:  # a mutant that hangs the tests is caught too
@@ -55,7 +57,9 @@ def main(argv: list[str]) -> int:
     for module, r in rows.items():
         tried = r["killed"] + r["survived"]
         score = f"{100 * r['killed'] / tried:5.1f}%" if tried else "   n/a"
-        print(f"{module:<{width}} {r['mutants']:>7} {r['killed']:>6} {r['survived']:>8} {r['no test']:>7} {r['other']:>5} {score:>6}")
+        print(
+            f"{module:<{width}} {r['mutants']:>7} {r['killed']:>6} {r['survived']:>8} {r['no test']:>7} {r['other']:>5} {score:>6}"
+        )
         if "--survivors" in argv:
             for name in sorted(r["names"]):
                 print(f"    survived: {name}")

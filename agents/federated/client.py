@@ -16,7 +16,9 @@ from torch.func import grad_and_value, vmap
 from morl.agents.federated.model import FlatClassifier
 
 
-def masked_loss(model: FlatClassifier, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+def masked_loss(
+    model: FlatClassifier, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, count: torch.Tensor
+) -> torch.Tensor:
     """Mean cross-entropy over the first ``count`` rows of ``x`` (the rest is padding)."""
     logits = model.logits(theta, x)
     nll = torch.nn.functional.cross_entropy(logits, y, reduction="none")
@@ -24,14 +26,23 @@ def masked_loss(model: FlatClassifier, theta: torch.Tensor, x: torch.Tensor, y: 
     return (nll * valid).sum() / count.clamp_min(1).to(nll.dtype)
 
 
-def masked_accuracy(model: FlatClassifier, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+def masked_accuracy(
+    model: FlatClassifier, theta: torch.Tensor, x: torch.Tensor, y: torch.Tensor, count: torch.Tensor
+) -> torch.Tensor:
     pred = model.logits(theta, x).argmax(-1)
     valid = (torch.arange(x.shape[0], device=x.device) < count).to(torch.float32)
     return ((pred == y).to(torch.float32) * valid).sum() / count.clamp_min(1).to(torch.float32)
 
 
-def round_noise(seed: int, round_idx: int, num_clients: int, num_models: int, steps: int, batch: int,
-                device: torch.device | str = "cpu") -> torch.Tensor:
+def round_noise(
+    seed: int,
+    round_idx: int,
+    num_clients: int,
+    num_models: int,
+    steps: int,
+    batch: int,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
     """Uniforms ``[n, m, steps, batch]`` picking the local minibatches of round ``round_idx``."""
     gen = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(round_idx))
     return torch.rand(num_clients, num_models, steps, batch, generator=gen).to(device)
@@ -40,7 +51,9 @@ def round_noise(seed: int, round_idx: int, num_clients: int, num_models: int, st
 LOSS_SOURCES = ("start", "last_epoch")
 
 
-def _local_sgd(model: FlatClassifier, theta0: torch.Tensor, x, y, count, noise: torch.Tensor, lr: float, prox_mu: float):
+def _local_sgd(
+    model: FlatClassifier, theta0: torch.Tensor, x, y, count, noise: torch.Tensor, lr: float, prox_mu: float
+):
     # One (model, client) pair: `steps` minibatch SGD steps, batch indices drawn from `noise`.
     # Returns the pseudo-gradient and the minibatch loss before each step ([steps]).
     def batch_loss(theta, idx):
@@ -74,7 +87,9 @@ def last_epoch_mean(step_losses: torch.Tensor, count: torch.Tensor, batch: int) 
     return (step_losses * window).sum(-1) / per_epoch
 
 
-def _pair_update(model: FlatClassifier, theta: torch.Tensor, x, y, count, noise, lr: float, prox_mu: float, loss_source: str):
+def _pair_update(
+    model: FlatClassifier, theta: torch.Tensor, x, y, count, noise, lr: float, prox_mu: float, loss_source: str
+):
     # One (model, client) pair: (Δ [P], loss) with the loss per `loss_source`.
     delta, step_losses = _local_sgd(model, theta, x, y, count, noise, lr, prox_mu)
     if loss_source == "last_epoch":
@@ -87,8 +102,17 @@ def _check_source(loss_source: str) -> None:
         raise ValueError(f"loss_source={loss_source!r} is not valid; allowed: {', '.join(LOSS_SOURCES)}")
 
 
-def client_update(model: FlatClassifier, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, count: torch.Tensor,
-                  noise: torch.Tensor, lr: float, prox_mu: float = 0.0, loss_source: str = "start") -> tuple[torch.Tensor, torch.Tensor]:
+def client_update(
+    model: FlatClassifier,
+    thetas: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    count: torch.Tensor,
+    noise: torch.Tensor,
+    lr: float,
+    prox_mu: float = 0.0,
+    loss_source: str = "start",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One client, all models: ``(deltas [m, P], losses [m])`` for ``thetas [m, P]``, ``noise [m, steps, B]``.
 
     ``loss_source="start"``: the full local training loss at the received model ``L_i(θ_j)``;
@@ -98,8 +122,17 @@ def client_update(model: FlatClassifier, thetas: torch.Tensor, x: torch.Tensor, 
     return vmap(lambda t, u: _pair_update(model, t, x, y, count, u, lr, prox_mu, loss_source))(thetas, noise)
 
 
-def all_clients_update(model: FlatClassifier, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, count: torch.Tensor,
-                       noise: torch.Tensor, lr: float, prox_mu: float = 0.0, loss_source: str = "start") -> tuple[torch.Tensor, torch.Tensor]:
+def all_clients_update(
+    model: FlatClassifier,
+    thetas: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    count: torch.Tensor,
+    noise: torch.Tensor,
+    lr: float,
+    prox_mu: float = 0.0,
+    loss_source: str = "start",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Every client at once: ``(deltas [m, n, P], losses [m, n])``; ``x [n, S, d]``, ``noise [n, m, steps, B]``."""
     per_client = vmap(lambda xi, yi, ci, ui: client_update(model, thetas, xi, yi, ci, ui, lr, prox_mu, loss_source))
     deltas, losses = per_client(x, y, count, noise)
@@ -107,9 +140,19 @@ def all_clients_update(model: FlatClassifier, thetas: torch.Tensor, x: torch.Ten
     return deltas.transpose(0, 1).contiguous(), losses.T.contiguous()
 
 
-def pairs_update(model: FlatClassifier, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, count: torch.Tensor,
-                 noise: torch.Tensor, lr: float, prox_mu: float, loss_source: str,
-                 model_idx: torch.Tensor, client_idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def pairs_update(
+    model: FlatClassifier,
+    thetas: torch.Tensor,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    count: torch.Tensor,
+    noise: torch.Tensor,
+    lr: float,
+    prox_mu: float,
+    loss_source: str,
+    model_idx: torch.Tensor,
+    client_idx: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Only the sampled (model, client) pairs, as one vmap over the ``k`` pairs.
 
     Returns dense ``(deltas [m, n, P], losses [m, n])`` with zeros at the pairs not sampled;
@@ -126,8 +169,11 @@ def pairs_update(model: FlatClassifier, thetas: torch.Tensor, x: torch.Tensor, y
     return deltas.view(m, n, -1), losses.view(m, n)
 
 
-def evaluate(model: FlatClassifier, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def evaluate(
+    model: FlatClassifier, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor, count: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(accuracy [m, n], loss [m, n])`` of every model on every client's split."""
+
     def one(theta):
         acc = vmap(lambda xi, yi, ci: masked_accuracy(model, theta, xi, yi, ci))(x, y, count)
         loss = vmap(lambda xi, yi, ci: masked_loss(model, theta, xi, yi, ci))(x, y, count)

@@ -33,7 +33,9 @@ from morl.agents.federated.simulator import FederatedData, Federation, LocalConf
 MESSAGE_TYPE = "train"
 
 
-def _client_reply(model: FlatClassifier, data: FederatedData, local: LocalConfig, seed: int, msg: Message, context: Context) -> Message:
+def _client_reply(
+    model: FlatClassifier, data: FederatedData, local: LocalConfig, seed: int, msg: Message, context: Context
+) -> Message:
     pid = int(context.node_config["partition-id"])
     cfg = msg.content["config"]
     round_idx = int(cfg["round"])
@@ -44,12 +46,23 @@ def _client_reply(model: FlatClassifier, data: FederatedData, local: LocalConfig
     noise = fl_client.round_noise(seed, round_idx, data.num_clients, m, local.steps, local.batch_size)[pid]
     noise = noise[torch.tensor(list(cfg["model-idx"]), dtype=torch.long)]
     tr = data.train
-    deltas, losses = fl_client.client_update(model, thetas, tr.x[pid], tr.y[pid], tr.count[pid], noise,
-                                             local.lr_at(round_idx), local.prox_mu, local.loss_source)
-    content = RecordDict({
-        "result": ArrayRecord([deltas.numpy(), losses.numpy()]),
-        "meta": ConfigRecord({"partition-id": pid}),
-    })
+    deltas, losses = fl_client.client_update(
+        model,
+        thetas,
+        tr.x[pid],
+        tr.y[pid],
+        tr.count[pid],
+        noise,
+        local.lr_at(round_idx),
+        local.prox_mu,
+        local.loss_source,
+    )
+    content = RecordDict(
+        {
+            "result": ArrayRecord([deltas.numpy(), losses.numpy()]),
+            "meta": ConfigRecord({"partition-id": pid}),
+        }
+    )
     return Message(content, reply_to=msg)
 
 
@@ -76,12 +89,15 @@ class FlowerEngine:
             raise RuntimeError(f"only {len(ids)} of {self.num_clients} Flower nodes registered within {wait_s:.0f} s")
         self.grid, self.node_ids = grid, ids
 
-    def client_work(self, round_idx: int, thetas: torch.Tensor,
-                    pairs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def client_work(
+        self, round_idx: int, thetas: torch.Tensor, pairs: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """As the in-process engine: with a mask ``pairs [m, n]`` each node gets only the models
         sampled for it (nodes with none get no message) and the other pairs come back as zeros."""
         if self.grid is None:
-            raise RuntimeError("FlowerEngine is not attached to a Flower grid (use morl.agents.federated.flower_engine.run)")
+            raise RuntimeError(
+                "FlowerEngine is not attached to a Flower grid (use morl.agents.federated.flower_engine.run)"
+            )
         m, n = thetas.shape[0], self.num_clients
         host = thetas.detach().cpu()
         if pairs is None or len(self.partition_of) < n:
@@ -94,15 +110,19 @@ class FlowerEngine:
         for node in self.node_ids:
             if not wanted[node]:
                 continue
-            content = RecordDict({
-                "models": ArrayRecord([host[wanted[node]].numpy()]),
-                "config": ConfigRecord({"round": round_idx, "num-models": m, "model-idx": wanted[node]}),
-            })
+            content = RecordDict(
+                {
+                    "models": ArrayRecord([host[wanted[node]].numpy()]),
+                    "config": ConfigRecord({"round": round_idx, "num-models": m, "model-idx": wanted[node]}),
+                }
+            )
             messages.append(self.grid.create_message(content, MESSAGE_TYPE, node, str(round_idx)))
         replies = list(self.grid.send_and_receive(messages, timeout=self.timeout))
         errors = [r.error for r in replies if r.has_error()]
         if errors or len(replies) != len(messages):
-            raise RuntimeError(f"Flower round {round_idx}: {len(replies)}/{len(messages)} replies; errors: {errors[:3]}")
+            raise RuntimeError(
+                f"Flower round {round_idx}: {len(replies)}/{len(messages)} replies; errors: {errors[:3]}"
+            )
         deltas = np.zeros((m, n, host.shape[1]), dtype=host.numpy().dtype)
         losses = np.zeros((m, n), dtype=deltas.dtype)
         seen = set()
@@ -121,8 +141,9 @@ class FlowerEngine:
         self.grid = None
 
 
-def make_apps(federation: Federation, local: LocalConfig, seed: int, rounds: int,
-              on_round: Callable[[int], None] | None = None) -> tuple[ServerApp, ClientApp, FlowerEngine]:
+def make_apps(
+    federation: Federation, local: LocalConfig, seed: int, rounds: int, on_round: Callable[[int], None] | None = None
+) -> tuple[ServerApp, ClientApp, FlowerEngine]:
     """The Flower ``ServerApp`` (runs ``rounds`` rounds of ``federation``) and ``ClientApp``."""
     model, data = federation.model, federation.data.to("cpu")
     engine = FlowerEngine(data.num_clients)
@@ -147,8 +168,15 @@ def make_apps(federation: Federation, local: LocalConfig, seed: int, rounds: int
     return server_app, client_app, engine
 
 
-def run(federation: Federation, local: LocalConfig, seed: int, rounds: int, on_round: Callable[[int], None] | None = None,
-        num_cpus: int | None = None, cpus_per_client: float = 1.0) -> None:
+def run(
+    federation: Federation,
+    local: LocalConfig,
+    seed: int,
+    rounds: int,
+    on_round: Callable[[int], None] | None = None,
+    num_cpus: int | None = None,
+    cpus_per_client: float = 1.0,
+) -> None:
     """Run ``federation`` for ``rounds`` rounds in Flower's Simulation Runtime (Ray)."""
     import os
 
@@ -156,5 +184,9 @@ def run(federation: Federation, local: LocalConfig, seed: int, rounds: int, on_r
 
     server_app, client_app, _ = make_apps(federation, local, seed, rounds, on_round)
     init_args = {"num_cpus": int(num_cpus or os.cpu_count() or 1), "include_dashboard": False, "log_to_driver": False}
-    run_simulation(server_app, client_app, num_supernodes=federation.data.num_clients,
-                   backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}, "init_args": init_args})
+    run_simulation(
+        server_app,
+        client_app,
+        num_supernodes=federation.data.num_clients,
+        backend_config={"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}, "init_args": init_args},
+    )

@@ -69,20 +69,42 @@ class InProcessEngine:
     def __init__(self, model: FlatClassifier, data: FederatedData, local: LocalConfig, seed: int) -> None:
         self.model, self.data, self.local, self.seed = model, data, local, seed
 
-    def client_work(self, round_idx: int, thetas: torch.Tensor,
-                    pairs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def client_work(
+        self, round_idx: int, thetas: torch.Tensor, pairs: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(deltas [m, n, P], losses [m, n])``; with a mask ``pairs [m, n]`` only those pairs
         are computed (one vmap over them) and the others are zero."""
         tr, local = self.data.train, self.local
-        noise = fl_client.round_noise(self.seed, round_idx, self.data.num_clients, thetas.shape[0],
-                                      local.steps, local.batch_size, thetas.device)
+        noise = fl_client.round_noise(
+            self.seed, round_idx, self.data.num_clients, thetas.shape[0], local.steps, local.batch_size, thetas.device
+        )
         if pairs is None:
-            return fl_client.all_clients_update(self.model, thetas, tr.x, tr.y, tr.count, noise,
-                                                local.lr_at(round_idx), local.prox_mu, local.loss_source)
+            return fl_client.all_clients_update(
+                self.model,
+                thetas,
+                tr.x,
+                tr.y,
+                tr.count,
+                noise,
+                local.lr_at(round_idx),
+                local.prox_mu,
+                local.loss_source,
+            )
         # The mask is drawn on the host by the strategy, so its indices cost no device sync.
         model_idx, client_idx = (i.to(thetas.device) for i in pairs.cpu().nonzero(as_tuple=True))
-        return fl_client.pairs_update(self.model, thetas, tr.x, tr.y, tr.count, noise, local.lr_at(round_idx),
-                                      local.prox_mu, local.loss_source, model_idx, client_idx)
+        return fl_client.pairs_update(
+            self.model,
+            thetas,
+            tr.x,
+            tr.y,
+            tr.count,
+            noise,
+            local.lr_at(round_idx),
+            local.prox_mu,
+            local.loss_source,
+            model_idx,
+            client_idx,
+        )
 
     def close(self) -> None:
         pass
@@ -97,8 +119,15 @@ class Federation:
     fills in the others from its cache of stale results.
     """
 
-    def __init__(self, model: FlatClassifier, data: FederatedData, strategy, num_models: int, seed: int = 0,
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self,
+        model: FlatClassifier,
+        data: FederatedData,
+        strategy,
+        num_models: int,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+    ) -> None:
         self.model, self.data, self.strategy = model, data.to(device), strategy
         gen = torch.Generator().manual_seed(seed)
         self.thetas = model.init(num_models, gen).to(device)

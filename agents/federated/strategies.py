@@ -170,9 +170,18 @@ class MosTStrategy(FedAvg):
     GAMMA_AVERAGES = ("ema", "cumulative")
     EMA = 0.95  # avg_S ← 0.95 avg_S + 0.05 S, as in the official federated_moo.py
 
-    def __init__(self, most: MosT, warmup_rounds: int = 3, combine: str = "mgda", sample_fraction: float = 1.0,
-                 gamma_momentum: float = 0.0, gamma_average: str = "ema", gamma_average_start: int = 0,
-                 ot_resolve: int = 0, seed: int = 0) -> None:
+    def __init__(
+        self,
+        most: MosT,
+        warmup_rounds: int = 3,
+        combine: str = "mgda",
+        sample_fraction: float = 1.0,
+        gamma_momentum: float = 0.0,
+        gamma_average: str = "ema",
+        gamma_average_start: int = 0,
+        ot_resolve: int = 0,
+        seed: int = 0,
+    ) -> None:
         if combine not in self.COMBINES:
             raise ValueError(f"combine={combine!r} is not valid; allowed: {', '.join(self.COMBINES)}")
         if not 0.0 < sample_fraction <= 1.0:
@@ -182,9 +191,14 @@ class MosTStrategy(FedAvg):
         if gamma_average not in self.GAMMA_AVERAGES:
             raise ValueError(f"gamma_average={gamma_average!r} is not valid; allowed: {', '.join(self.GAMMA_AVERAGES)}")
         if gamma_average == "cumulative" and gamma_momentum != 0.0:
-            raise ValueError("gamma_momentum applies to gamma_average=ema only; leave it 0 with gamma_average=cumulative")
-        for name, value in (("warmup_rounds", warmup_rounds), ("gamma_average_start", gamma_average_start),
-                            ("ot_resolve", ot_resolve)):
+            raise ValueError(
+                "gamma_momentum applies to gamma_average=ema only; leave it 0 with gamma_average=cumulative"
+            )
+        for name, value in (
+            ("warmup_rounds", warmup_rounds),
+            ("gamma_average_start", gamma_average_start),
+            ("ot_resolve", ot_resolve),
+        ):
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
         self.most = most
@@ -302,10 +316,17 @@ class MosTStrategy(FedAvg):
         self.avg_objective = s if first else self.EMA * self.avg_objective + (1 - self.EMA) * s
 
     def state_dict(self) -> dict:
-        return {"rounds_done": self.rounds_done, **self.most.state_dict(), "avg_objective": self.avg_objective,
-                "branches": list(self.branches),
-                "cache_deltas": self.cache_deltas, "cache_losses": self.cache_losses, "gamma_avg": self.gamma_avg,
-                "gamma_updates": self.gamma_updates, "gamma_count": self.gamma_count}
+        return {
+            "rounds_done": self.rounds_done,
+            **self.most.state_dict(),
+            "avg_objective": self.avg_objective,
+            "branches": list(self.branches),
+            "cache_deltas": self.cache_deltas,
+            "cache_losses": self.cache_losses,
+            "gamma_avg": self.gamma_avg,
+            "gamma_updates": self.gamma_updates,
+            "gamma_count": self.gamma_count,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.rounds_done = int(state["rounds_done"])

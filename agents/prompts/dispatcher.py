@@ -34,18 +34,27 @@ class Dispatcher(nn.Module):
     def forward(self, instances: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
         q = self.query(self.norm_q(instances))
         k = self.key(self.norm_k(prompts))
-        return q @ k.T / self.hidden ** 0.5 + self.bias
+        return q @ k.T / self.hidden**0.5 + self.bias
 
     @torch.no_grad()
     def route(self, instances: torch.Tensor, prompts: torch.Tensor) -> torch.Tensor:
         """The chosen prompt index ``[N]`` per instance."""
         return self(instances, prompts).argmax(-1)
 
-    def fit(self, instances: torch.Tensor, prompts: torch.Tensor, targets: torch.Tensor, steps: int = 300,
-            lr: float = 1e-2, weight_decay: float = 1e-4) -> float:
+    def fit(
+        self,
+        instances: torch.Tensor,
+        prompts: torch.Tensor,
+        targets: torch.Tensor,
+        steps: int = 300,
+        lr: float = 1e-2,
+        weight_decay: float = 1e-4,
+    ) -> float:
         """Full-batch Adam on the cross-entropy to soft ``targets [N, m]``; returns the final loss."""
         if targets.shape != (instances.shape[0], prompts.shape[0]):
-            raise ValueError(f"targets must have shape [{instances.shape[0]}, {prompts.shape[0]}], got {tuple(targets.shape)}")
+            raise ValueError(
+                f"targets must have shape [{instances.shape[0]}, {prompts.shape[0]}], got {tuple(targets.shape)}"
+            )
         opt = torch.optim.AdamW(self.parameters(), lr=lr, weight_decay=weight_decay)
         for _ in range(steps):
             loss = -(targets * torch.log_softmax(self(instances, prompts), -1)).sum(-1).mean()

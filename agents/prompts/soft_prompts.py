@@ -26,18 +26,27 @@ class PromptMixture(nn.Module):
     different draw per prompt, the paper's "different inits per model").
     """
 
-    def __init__(self, encoder: nn.Module, num_prompts: int, length: int, num_classes: int,
-                 generator: torch.Generator | None = None, shared_head: bool = False) -> None:
+    def __init__(
+        self,
+        encoder: nn.Module,
+        num_prompts: int,
+        length: int,
+        num_classes: int,
+        generator: torch.Generator | None = None,
+        shared_head: bool = False,
+    ) -> None:
         super().__init__()
         if num_prompts < 1 or length < 1 or num_classes < 2:
-            raise ValueError(f"need num_prompts >= 1, length >= 1, num_classes >= 2; got {num_prompts}, {length}, {num_classes}")
+            raise ValueError(
+                f"need num_prompts >= 1, length >= 1, num_classes >= 2; got {num_prompts}, {length}, {num_classes}"
+            )
         self.__dict__["encoder"] = encoder  # frozen, not a registered submodule
         table = encoder.get_input_embeddings().weight
         vocab, d = table.shape
         rows = torch.randint(1000 if vocab > 2000 else 0, vocab, (num_prompts * length,), generator=generator)
         self.prompts = nn.Parameter(table.detach()[rows.to(table.device)].reshape(num_prompts, length, d).clone())
         heads = 1 if shared_head else num_prompts
-        w = torch.randn(heads, d, num_classes, generator=generator) / d ** 0.5
+        w = torch.randn(heads, d, num_classes, generator=generator) / d**0.5
         self.head_weight = nn.Parameter(w.to(table))
         self.head_bias = nn.Parameter(torch.zeros(heads, num_classes, dtype=table.dtype, device=table.device))
 
@@ -78,12 +87,13 @@ class PromptMixture(nn.Module):
 
 
 @torch.no_grad()
-def instance_embeddings(encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                        chunk: int = 256) -> torch.Tensor:
+def instance_embeddings(
+    encoder: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, chunk: int = 256
+) -> torch.Tensor:
     """Frozen-encoder mean-pooled embeddings ``[N, d]`` of the instances without any prompt."""
     out = []
     for s in range(0, input_ids.shape[0], chunk):
-        ids, mask = input_ids[s:s + chunk], attention_mask[s:s + chunk]
+        ids, mask = input_ids[s : s + chunk], attention_mask[s : s + chunk]
         hidden = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
         mk = mask.unsqueeze(-1).to(hidden.dtype)
         out.append((hidden * mk).sum(1) / mk.sum(1))

@@ -35,8 +35,15 @@ class MixtureTrainer:
     prompt before the backward, so the step size does not depend on Γ's scale or on ``n``.
     """
 
-    def __init__(self, mixture: PromptMixture, method: str, optimizer: torch.optim.Optimizer,
-                 most: MosT | None = None, inner_steps: int = 1, generator: torch.Generator | None = None) -> None:
+    def __init__(
+        self,
+        mixture: PromptMixture,
+        method: str,
+        optimizer: torch.optim.Optimizer,
+        most: MosT | None = None,
+        inner_steps: int = 1,
+        generator: torch.Generator | None = None,
+    ) -> None:
         if method not in METHODS:
             raise ValueError(f"method={method!r} is not valid; allowed: {', '.join(METHODS)}")
         if method == "most" and most is None:
@@ -47,8 +54,14 @@ class MixtureTrainer:
         self.most, self.inner_steps = most, inner_steps
         self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
 
-    def weights(self, losses: torch.Tensor, feats: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor,
-                gamma: torch.Tensor | None) -> torch.Tensor:
+    def weights(
+        self,
+        losses: torch.Tensor,
+        feats: torch.Tensor,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        gamma: torch.Tensor | None,
+    ) -> torch.Tensor:
         """Per-prompt instance weights ``[m, n]`` (rows sum to 1) for the current step."""
         m, n = losses.shape
         if self.method == "linear":
@@ -61,7 +74,9 @@ class MixtureTrainer:
             w = self.most.weights_from_gramians(gram.double(), gamma.double()).to(losses)
         return w / w.sum(-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
 
-    def step(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+    def step(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         """One outer step (``inner_steps`` updates); returns losses ``[m, n]``, weights, and Γ (most)."""
         gamma = None
         for k in range(self.inner_steps):
@@ -85,8 +100,12 @@ class MixtureTrainer:
         """What a resumed run needs besides its config: prompts and heads, the optimizer, MosT's
         last plan and curriculum, and the generator (batch order and linearisation draws)."""
         most = None if self.most is None else self.most.state_dict()
-        return {"mixture": self.mixture.state_dict(), "optimizer": self.optimizer.state_dict(), "most": most,
-                "generator": self.generator.get_state()}
+        return {
+            "mixture": self.mixture.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "most": most,
+            "generator": self.generator.get_state(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict` (the trainer must be built with the same config)."""

@@ -23,8 +23,9 @@ def make_adam(params, lr: float) -> torch.optim.Adam:
 
 
 @torch.no_grad()  # the bound below is carried from step to step: with grad it would chain a graph forever
-def guarded_step(opt: torch.optim.Adam, params: list[torch.Tensor], max_norm: float | None,
-                 ok: torch.Tensor | None = None) -> torch.Tensor:
+def guarded_step(
+    opt: torch.optim.Adam, params: list[torch.Tensor], max_norm: float | None, ok: torch.Tensor | None = None
+) -> torch.Tensor:
     """Clip, then step unless the step could leave a NaN/inf behind (or ``ok`` is False).
 
     Returns ``ok`` on the device; no host sync. A skipped step is skipped entirely: the
@@ -97,8 +98,9 @@ def step_or_restore(opt: torch.optim.Optimizer, params: list[torch.Tensor], ok: 
     return ok
 
 
-def guard_and_clip(grads: list[torch.Tensor], max_norm: float | None,
-                   zero_bad: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def guard_and_clip(
+    grads: list[torch.Tensor], max_norm: float | None, zero_bad: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Whether all gradients are finite, and their total norm; clips to ``max_norm``; no host sync.
 
     ``ok`` also requires the squared norm of the (clipped) gradient to be finite: then every

@@ -81,13 +81,17 @@ class MTSACConfig:
     def validate(self, num_tasks: int) -> None:
         """Raise ``ValueError`` naming the first bad field and what is allowed."""
         if self.aggregate not in AGGREGATE_CHOICES:
-            raise ValueError(f"agent.aggregate={self.aggregate!r} is not valid; allowed: {', '.join(AGGREGATE_CHOICES)}")
+            raise ValueError(
+                f"agent.aggregate={self.aggregate!r} is not valid; allowed: {', '.join(AGGREGATE_CHOICES)}"
+            )
         if not self.hidden_sizes or any(int(h) < 1 for h in self.hidden_sizes):
             raise ValueError(f"agent.hidden_sizes must be a non-empty list of positive ints, got {self.hidden_sizes}")
         if self.batch_size < num_tasks:
             raise ValueError(f"agent.batch_size={self.batch_size} must be >= the number of tasks ({num_tasks})")
         if self.buffer_capacity < num_tasks:
-            raise ValueError(f"agent.buffer_capacity={self.buffer_capacity} must be >= the number of tasks ({num_tasks})")
+            raise ValueError(
+                f"agent.buffer_capacity={self.buffer_capacity} must be >= the number of tasks ({num_tasks})"
+            )
         for name in ("actor_lr", "critic_lr", "alpha_lr", "init_temperature"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"agent.{name} must be > 0, got {getattr(self, name)}")
@@ -102,8 +106,12 @@ class MTSACConfig:
         self._validate_variants()
 
     def _validate_variants(self) -> None:
-        for name, allowed in (("critic", CRITIC_CHOICES), ("task_input", TASK_INPUT_CHOICES),
-                              ("temperature", TEMPERATURE_CHOICES), ("init", INIT_CHOICES)):
+        for name, allowed in (
+            ("critic", CRITIC_CHOICES),
+            ("task_input", TASK_INPUT_CHOICES),
+            ("temperature", TEMPERATURE_CHOICES),
+            ("init", INIT_CHOICES),
+        ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"agent.{name}={getattr(self, name)!r} is not valid; allowed: {', '.join(allowed)}")
         if self.log_prob_clamp is not None and not self.log_prob_clamp > 0:
@@ -120,8 +128,16 @@ class MTSAC:
     per-task actor gradients across the whole run.
     """
 
-    def __init__(self, obs_dim: int, action_dim: int, num_tasks: int, cfg: MTSACConfig,
-                 aggregator: Aggregator, device: torch.device | str, seed: int) -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        num_tasks: int,
+        cfg: MTSACConfig,
+        aggregator: Aggregator,
+        device: torch.device | str,
+        seed: int,
+    ) -> None:
         cfg.validate(num_tasks)
         self.cfg, self.num_tasks, self.action_dim = cfg, int(num_tasks), int(action_dim)
         self.device = torch.device(device)
@@ -130,16 +146,27 @@ class MTSAC:
         # task_input "none": the networks never see the one-hot the observations end with
         self._drop = num_tasks if cfg.task_input == "none" else 0
         net_obs = obs_dim - self._drop
-        self.actor = TaskActor(net_obs, action_dim, num_tasks, hidden, cfg.multi_head, cfg.log_std_min,
-                               cfg.log_std_max, generator=init_gen, init=cfg.init).to(self.device)
+        self.actor = TaskActor(
+            net_obs,
+            action_dim,
+            num_tasks,
+            hidden,
+            cfg.multi_head,
+            cfg.log_std_min,
+            cfg.log_std_max,
+            generator=init_gen,
+            init=cfg.init,
+        ).to(self.device)
         # a shared critic is an ensemble of one "task" whose weights broadcast over the task axis
         critics = num_tasks if cfg.critic == "per_task" else 1
-        self.critic = TwinCriticEnsemble(net_obs, action_dim, critics, hidden, generator=init_gen,
-                                         init=cfg.init).to(self.device)
+        self.critic = TwinCriticEnsemble(net_obs, action_dim, critics, hidden, generator=init_gen, init=cfg.init).to(
+            self.device
+        )
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         temperatures = num_tasks if cfg.temperature == "per_task" else 1
-        self.log_alpha = torch.full((temperatures,), math.log(cfg.init_temperature), device=self.device,
-                                    requires_grad=True)
+        self.log_alpha = torch.full(
+            (temperatures,), math.log(cfg.init_temperature), device=self.device, requires_grad=True
+        )
         self.target_entropy = float(-action_dim if cfg.target_entropy is None else cfg.target_entropy)
         self.actor_opt = make_adam(self.actor.parameters(), cfg.actor_lr)
         self.critic_opt = make_adam(self.critic.parameters(), cfg.critic_lr)
@@ -147,7 +174,9 @@ class MTSAC:
         for p in [*self.actor.parameters(), *self.critic.parameters(), self.log_alpha]:
             p.grad = torch.zeros_like(p)  # written in place every update
         # meta tensors (shapes only: the no-sync tests) have no generator; their draws have no values
-        self.generator = None if self.device.type == "meta" else torch.Generator(device=self.device).manual_seed(int(seed) + 1)
+        self.generator = (
+            None if self.device.type == "meta" else torch.Generator(device=self.device).manual_seed(int(seed) + 1)
+        )
         self.aggregator = _nonraising(aggregator)
         self.critic_aggregator = _fresh_copy(aggregator) if cfg.aggregate_critic else None
         self.temperature_aggregator = _fresh_copy(aggregator) if cfg.aggregate_temperature else None
@@ -162,8 +191,9 @@ class MTSAC:
         # gradient of its weighted loss as direction: one backward, no [T, D] matrix
         self._one_backward = cfg.aggregate == "none" or (cfg.aggregate == "actor" and not self.aggregator.needs_grads)
         # a shared critic gives the aggregator its [T, D] rows only if the aggregator needs gradients
-        self._shared_critic_rows = (cfg.critic == "shared" and self.critic_aggregator is not None
-                                    and self.critic_aggregator.needs_grads)
+        self._shared_critic_rows = (
+            cfg.critic == "shared" and self.critic_aggregator is not None and self.critic_aggregator.needs_grads
+        )
         self.kernels = _kernels(self, cfg.compile)
 
     # -- acting ---------------------------------------------------------------------------
@@ -171,7 +201,7 @@ class MTSAC:
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
         """Actions ``[N, A]`` in ``[-1, 1]`` for observations ``[N, obs_dim]`` ending with the task one-hot."""
         obs = obs.to(self.device, torch.float32)
-        mean, log_std = self.actor(self._net_input(obs), obs[..., -self.num_tasks:])
+        mean, log_std = self.actor(self._net_input(obs), obs[..., -self.num_tasks :])
         if deterministic:
             return torch.tanh(mean)
         eps = torch.randn(mean.shape, device=self.device, generator=self.generator)
@@ -179,7 +209,7 @@ class MTSAC:
 
     def _net_input(self, obs: torch.Tensor) -> torch.Tensor:
         """What the networks see: the observation, without its one-hot columns if ``task_input: none``."""
-        return obs[..., :obs.shape[-1] - self._drop] if self._drop else obs
+        return obs[..., : obs.shape[-1] - self._drop] if self._drop else obs
 
     def _alpha(self) -> torch.Tensor:
         """The temperature of each task ``[T]`` (one shared value repeated with ``temperature: shared``)."""
@@ -204,7 +234,9 @@ class MTSAC:
         alpha, eps_next = self._alpha(), self._noise(obs)
         critic_loss, ok = self._critic_step(*transitions, eps_next, alpha)
         if self.critic_aggregator is not None and self.critic_aggregator.needs_losses_after_step:
-            with torch.no_grad():  # FAMO (Alg. 1): the losses after the step on the SAME batch, as its authors' MT10 agent
+            with (
+                torch.no_grad()
+            ):  # FAMO (Alg. 1): the losses after the step on the SAME batch, as its authors' MT10 agent
                 self.critic_aggregator.update(self.kernels.critic_losses(*transitions, eps_next, alpha))
         metrics = {"critic_loss": critic_loss.detach()}
         if step % self.cfg.actor_update_freq == 0:
@@ -214,10 +246,16 @@ class MTSAC:
             metrics.update(actor_metrics, entropy=-logp.mean(-1), alpha_loss=alpha_loss)
         if step % self.cfg.target_update_freq == 0:
             with torch.no_grad():
-                torch._foreach_lerp_(list(self.critic_target.parameters()), list(self.critic.parameters()), self.cfg.tau)
+                torch._foreach_lerp_(
+                    list(self.critic_target.parameters()), list(self.critic.parameters()), self.cfg.tau
+                )
         self._count_nonfinite(ok)
-        return {**metrics, "alpha": self._alpha().clone(), "nonfinite_updates": self.nonfinite_updates.clone(),
-                "nonfinite_streak": self.nonfinite_streak.clone()}
+        return {
+            **metrics,
+            "alpha": self._alpha().clone(),
+            "nonfinite_updates": self.nonfinite_updates.clone(),
+            "nonfinite_streak": self.nonfinite_streak.clone(),
+        }
 
     def _count_nonfinite(self, ok: torch.Tensor) -> None:
         # Device-side counters: the loop reads them at its log/checkpoint points, not per update.
@@ -241,12 +279,16 @@ class MTSAC:
             q_next = self.critic_target(next_obs, next_action).amin(1)
             return reward + self.cfg.gamma * (1.0 - terminated) * (q_next - alpha.unsqueeze(1) * next_logp)
 
-    def _critic_step(self, obs, action, reward, next_obs, terminated, eps_next, alpha) -> tuple[torch.Tensor, torch.Tensor]:
+    def _critic_step(
+        self, obs, action, reward, next_obs, terminated, eps_next, alpha
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One step of the critics; returns their per-task losses ``[T]`` and whether the step was taken."""
         self.critic_opt.zero_grad(set_to_none=False)
         params = list(self.critic.parameters())
         if self._shared_critic_rows:
-            losses = self._shared_critic_grads(obs, action, self._td_target(reward, next_obs, terminated, eps_next, alpha))
+            losses = self._shared_critic_grads(
+                obs, action, self._td_target(reward, next_obs, terminated, eps_next, alpha)
+            )
         else:
             losses = self.kernels.critic_losses(obs, action, reward, next_obs, terminated, eps_next, alpha)
             self._critic_backward(losses, params)
@@ -290,13 +332,15 @@ class MTSAC:
     def _critic_task_loss(self, params: dict[str, torch.Tensor], obs, action, target) -> torch.Tensor:
         """One task's loss on its slice ``[B, ...]`` for the shared critic (weights ``[1, 2, in, out]``)."""
         depth = len(self.critic.weights)
-        q = TwinCriticEnsemble.q_values([params[f"weights.{i}"] for i in range(depth)],
-                                        [params[f"biases.{i}"] for i in range(depth)], obs, action)  # [1, 2, B]
+        q = TwinCriticEnsemble.q_values(
+            [params[f"weights.{i}"] for i in range(depth)], [params[f"biases.{i}"] for i in range(depth)], obs, action
+        )  # [1, 2, B]
         return (q - target).pow(2).mean(-1).sum()
 
     # -- actor ----------------------------------------------------------------------------
-    def _actor_step(self, obs: torch.Tensor, alpha: torch.Tensor,
-                    diagnostics: bool) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    def _actor_step(
+        self, obs: torch.Tensor, alpha: torch.Tensor, diagnostics: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """One step of the actor; returns log π ``[T, B]``, whether the step was taken, and its metrics."""
         eps = self._noise(obs)
         params = list(self.actor.parameters())
@@ -323,8 +367,9 @@ class MTSAC:
         mean, log_std = self.actor(obs, self._task_eye.unsqueeze(1))
         act, logp = squashed_sample(mean, log_std, eps, self.cfg.log_prob_clamp)
         # detached critic weights: the actor loss must not leave gradients on the critics
-        q = TwinCriticEnsemble.q_values([w.detach() for w in self.critic.weights],
-                                        [b.detach() for b in self.critic.biases], obs, act).amin(1)
+        q = TwinCriticEnsemble.q_values(
+            [w.detach() for w in self.critic.weights], [b.detach() for b in self.critic.biases], obs, act
+        ).amin(1)
         losses = (alpha.unsqueeze(1) * logp - q).mean(-1)
         (losses.mean() if self.cfg.aggregate == "none" else self.aggregator.weighted_loss(losses)).backward()
         return losses, logp.detach()
@@ -335,8 +380,9 @@ class MTSAC:
         mean, log_std = functional_call(self.actor, actor_params, (obs, onehot))
         act, logp = squashed_sample(mean, log_std, eps, self.cfg.log_prob_clamp)
         depth = len(self.critic.weights)
-        q = TwinCriticEnsemble.q_values([params[f"critic.w{i}"] for i in range(depth)],
-                                        [params[f"critic.b{i}"] for i in range(depth)], obs, act)
+        q = TwinCriticEnsemble.q_values(
+            [params[f"critic.w{i}"] for i in range(depth)], [params[f"critic.b{i}"] for i in range(depth)], obs, act
+        )
         # log pi comes back as aux: the temperatures need it and it saves a second actor forward
         return (alpha * logp - q.amin(0)).mean(), logp.detach()
 
@@ -346,8 +392,9 @@ class MTSAC:
         critic = self.critic.per_task_views()
         if self.cfg.critic == "shared":  # every task slice sees the same critic: expanded views, no copy
             critic = {n: w.expand(self.num_tasks, *w.shape[1:]) for n, w in critic.items()}
-        return batched_task_grads(self._actor_task_loss, params, obs, eps, self._task_eye, alpha,
-                                  per_task_params=critic, has_aux=True)
+        return batched_task_grads(
+            self._actor_task_loss, params, obs, eps, self._task_eye, alpha, per_task_params=critic, has_aux=True
+        )
 
     def _aggregate_actor_grads(self, params, grads: torch.Tensor, losses: torch.Tensor) -> dict[str, torch.Tensor]:
         """Aggregate the chosen columns of the ``[T, D]`` matrix into ``.grad``; returns the conflict statistics."""
@@ -386,15 +433,22 @@ class MTSAC:
     def state_dict(self) -> dict[str, Any]:
         """Networks, targets, optimizers, temperatures, aggregator state and the generator state."""
         return {
-            "actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
-            "critic_target": self.critic_target.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
-            "actor_opt": self.actor_opt.state_dict(), "critic_opt": self.critic_opt.state_dict(),
-            "alpha_opt": self.alpha_opt.state_dict(), "aggregator": self.aggregator.state_dict(),
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "critic_opt": self.critic_opt.state_dict(),
+            "alpha_opt": self.alpha_opt.state_dict(),
+            "aggregator": self.aggregator.state_dict(),
             "critic_aggregator": None if self.critic_aggregator is None else self.critic_aggregator.state_dict(),
-            "temperature_aggregator": (None if self.temperature_aggregator is None
-                                       else self.temperature_aggregator.state_dict()),
-            "generator": self.generator.get_state(), "nonfinite_updates": self.nonfinite_updates.clone(),
-            "nonfinite_streak": self.nonfinite_streak.clone(), "nonfinite_longest": self.nonfinite_longest.clone(),
+            "temperature_aggregator": (
+                None if self.temperature_aggregator is None else self.temperature_aggregator.state_dict()
+            ),
+            "generator": self.generator.get_state(),
+            "nonfinite_updates": self.nonfinite_updates.clone(),
+            "nonfinite_streak": self.nonfinite_streak.clone(),
+            "nonfinite_longest": self.nonfinite_longest.clone(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -13,7 +13,6 @@ import math
 import torch
 from torch import nn
 
-
 INIT_CHOICES = ("torch", "xavier")
 
 
@@ -25,8 +24,9 @@ def _uniform_(t: torch.Tensor, fan_in: int, gen: torch.Generator | None) -> None
         t.uniform_(-bound, bound, generator=gen)
 
 
-def _init_layer_(weight: torch.Tensor, bias: torch.Tensor, fan_in: int, fan_out: int, init: str,
-                 gen: torch.Generator | None) -> None:
+def _init_layer_(
+    weight: torch.Tensor, bias: torch.Tensor, fan_in: int, fan_out: int, init: str, gen: torch.Generator | None
+) -> None:
     """One linear layer (``weight [..., fan_in, fan_out]``, any stacking in front).
 
     ``torch``: nn.Linear's default for weight and bias. ``xavier``: mtrl's ``weight_init``
@@ -54,9 +54,18 @@ class TaskActor(nn.Module):
     mask, so the same code runs on any batch layout and under ``vmap``.
     """
 
-    def __init__(self, obs_dim: int, action_dim: int, num_tasks: int, hidden_sizes: list[int],
-                 multi_head: bool = False, log_std_min: float = -20.0, log_std_max: float = 2.0,
-                 generator: torch.Generator | None = None, init: str = "torch") -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        num_tasks: int,
+        hidden_sizes: list[int],
+        multi_head: bool = False,
+        log_std_min: float = -20.0,
+        log_std_max: float = 2.0,
+        generator: torch.Generator | None = None,
+        init: str = "torch",
+    ) -> None:
         super().__init__()
         if not hidden_sizes:
             raise ValueError("hidden_sizes must name at least one hidden layer, e.g. [400, 400, 400]")
@@ -93,8 +102,9 @@ class TaskActor(nn.Module):
         return mean, log_std
 
 
-def squashed_sample(mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor,
-                    log_prob_clamp: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def squashed_sample(
+    mean: torch.Tensor, log_std: torch.Tensor, eps: torch.Tensor, log_prob_clamp: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Reparameterised tanh-Gaussian sample ``a = tanh(mean + std * eps)`` and its log-density ``[...]``.
 
     ``log_prob_clamp=None``: the exact ``log(1 - tanh(u)^2)``, written stably. A number ε:
@@ -123,8 +133,16 @@ class TwinCriticEnsemble(nn.Module):
     No Python loop over tasks or twins.
     """
 
-    def __init__(self, obs_dim: int, action_dim: int, num_tasks: int, hidden_sizes: list[int],
-                 num_q: int = 2, generator: torch.Generator | None = None, init: str = "torch") -> None:
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        num_tasks: int,
+        hidden_sizes: list[int],
+        num_q: int = 2,
+        generator: torch.Generator | None = None,
+        init: str = "torch",
+    ) -> None:
         super().__init__()
         sizes = [obs_dim + action_dim, *hidden_sizes, 1]
         self.num_q, self.num_tasks = num_q, num_tasks
@@ -141,8 +159,9 @@ class TwinCriticEnsemble(nn.Module):
         return self.q_values([*self.weights], [*self.biases], obs, action)
 
     @staticmethod
-    def q_values(weights: list[torch.Tensor], biases: list[torch.Tensor], obs: torch.Tensor,
-                 action: torch.Tensor) -> torch.Tensor:
+    def q_values(
+        weights: list[torch.Tensor], biases: list[torch.Tensor], obs: torch.Tensor, action: torch.Tensor
+    ) -> torch.Tensor:
         """Q-values with explicit weights (``[(T,) num_q, in, out]``) for any matching input layout."""
         # [(T,) 1, B, in] @ [(T,) num_q, in, out] broadcasts to one batched matmul over all members.
         x = torch.cat([obs, action], dim=-1).unsqueeze(-3)

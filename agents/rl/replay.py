@@ -21,8 +21,9 @@ class MultiTaskReplay:
     minimum over tasks; check it against the warm-up).
     """
 
-    def __init__(self, num_tasks: int, capacity_per_task: int, obs_dim: int, action_dim: int,
-                 device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, num_tasks: int, capacity_per_task: int, obs_dim: int, action_dim: int, device: torch.device | str = "cpu"
+    ) -> None:
         if num_tasks < 1 or capacity_per_task < 1:
             raise ValueError(f"num_tasks and capacity_per_task must be >= 1, got {num_tasks} and {capacity_per_task}")
         self.num_tasks, self.capacity = int(num_tasks), int(capacity_per_task)
@@ -36,13 +37,15 @@ class MultiTaskReplay:
             "next_obs": torch.zeros(*shape, obs_dim, device=self.device),
             "terminated": torch.zeros(*shape, device=self.device),
         }
-        self._ptr = np.zeros(self.num_tasks, dtype=np.int64)   # next write position per task (host)
+        self._ptr = np.zeros(self.num_tasks, dtype=np.int64)  # next write position per task (host)
         self._size = np.zeros(self.num_tasks, dtype=np.int64)  # stored transitions per task (host)
         self._size_dev = torch.zeros(self.num_tasks, device=self.device)
 
     def add(self, task_ids, obs, action, reward, next_obs, terminated) -> None:
         """Store ``N`` transitions (numpy arrays or tensors with leading ``[N]``)."""
-        tasks = np.asarray(task_ids.cpu() if isinstance(task_ids, torch.Tensor) else task_ids, dtype=np.int64).reshape(-1)
+        tasks = np.asarray(task_ids.cpu() if isinstance(task_ids, torch.Tensor) else task_ids, dtype=np.int64).reshape(
+            -1
+        )
         if tasks.size == 0:
             return
         if tasks.min() < 0 or tasks.max() >= self.num_tasks:
@@ -83,10 +86,13 @@ class MultiTaskReplay:
         """The stored contents (up to the largest task size), sizes and write pointers, on CPU."""
         n = int(self._size.max())
         return {
-            "num_tasks": self.num_tasks, "capacity": self.capacity,
-            "obs_dim": self.obs_dim, "action_dim": self.action_dim,
+            "num_tasks": self.num_tasks,
+            "capacity": self.capacity,
+            "obs_dim": self.obs_dim,
+            "action_dim": self.action_dim,
             "data": {k: v[:, :n].cpu().clone() for k, v in self.storage.items()},
-            "size": self._size.copy(), "ptr": self._ptr.copy(),
+            "size": self._size.copy(),
+            "ptr": self._ptr.copy(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -95,9 +101,13 @@ class MultiTaskReplay:
                 raise ValueError(f"replay state has {key}={state[key]}, this buffer has {getattr(self, key)}")
         n = int(np.max(state["size"]))
         if n > self.capacity:
-            raise ValueError(f"replay state holds {n} transitions per task, more than capacity_per_task={self.capacity}")
+            raise ValueError(
+                f"replay state holds {n} transitions per task, more than capacity_per_task={self.capacity}"
+            )
         if state["capacity"] != self.capacity and np.any(np.asarray(state["size"]) == state["capacity"]):
-            raise ValueError(f"a full replay ring of capacity {state['capacity']} cannot be restored into capacity {self.capacity}")
+            raise ValueError(
+                f"a full replay ring of capacity {state['capacity']} cannot be restored into capacity {self.capacity}"
+            )
         for k, v in self.storage.items():
             v.zero_()
             v[:, :n] = state["data"][k].to(self.device)

@@ -40,10 +40,18 @@ from torch.nn import functional as F
 import morl
 from morl.gradients import per_task_grads, write_grads
 
-
 #: What SB3VecEnv reads of a multi-task vector env (envs.MultiTaskVecEnv has them). Checked by
 #: shape rather than by class: learners do not import environments (the runner hands them one).
-_VEC_ENV_ATTRS = ("num_envs", "num_tasks", "task_ids", "single_observation_space", "single_action_space", "reset", "step", "close")
+_VEC_ENV_ATTRS = (
+    "num_envs",
+    "num_tasks",
+    "task_ids",
+    "single_observation_space",
+    "single_action_space",
+    "reset",
+    "step",
+    "close",
+)
 
 
 #: Aggregator state that its owner starts afresh when K changes (a warm start: the solvers' last
@@ -160,7 +168,9 @@ class MultiTaskSAC(SAC):
         self.num_tasks = num_tasks if num_tasks is not None else getattr(inner, "num_tasks", None)
         init_setup = sac_kwargs.get("_init_setup_model", True)
         if self.num_tasks is None and init_setup:
-            raise ValueError("num_tasks is required when env is not an envs.MultiTaskVecEnv (it sets the one-hot width)")
+            raise ValueError(
+                "num_tasks is required when env is not an envs.MultiTaskVecEnv (it sets the one-hot width)"
+            )
         self.task_names = list(getattr(inner, "task_names", [])) or [str(k) for k in range(self.num_tasks or 0)]
         self.aggregator_name = aggregator
         self.aggregator_options = dict(aggregator_options or {})
@@ -183,7 +193,9 @@ class MultiTaskSAC(SAC):
             env = SB3VecEnv(env)
         return SAC._wrap_env(env, verbose, monitor_wrapper)
 
-    def _setup_learn(self, total_timesteps, callback=None, reset_num_timesteps=True, tb_log_name="run", progress_bar=False):
+    def _setup_learn(
+        self, total_timesteps, callback=None, reset_num_timesteps=True, tb_log_name="run", progress_bar=False
+    ):
         # With tensorboard_log, SB3's own logger writes into that folder; without it, SB3 would make a stray tempdir.
         if not self._custom_logger and self.tensorboard_log is None:
             self.set_logger(folderless_logger(self.verbose))
@@ -193,7 +205,9 @@ class MultiTaskSAC(SAC):
         super()._setup_model()
         k = self.num_tasks
         if self.observation_space.shape[-1] <= k:
-            raise ValueError(f"observations have {self.observation_space.shape[-1]} entries, too few to end with a {k}-task one-hot")
+            raise ValueError(
+                f"observations have {self.observation_space.shape[-1]} entries, too few to end with a {k}-task one-hot"
+            )
         self.aggregator = morl.aggregators.build(self.aggregator_name, **self.aggregator_options)
         self.task_success_buffers = [deque(maxlen=self._stats_window_size) for _ in range(k)]
         self.aggregator_state = _AggregatorState(self.aggregator)
@@ -239,7 +253,13 @@ class MultiTaskSAC(SAC):
         self._update_learning_rate(optimizers)
         target_entropy = self._target_entropy_tensor()
         actor_params = [p for p in self.actor.parameters() if p.requires_grad]
-        logs: dict[str, list[th.Tensor]] = {"actor_loss": [], "critic_loss": [], "alpha": [], "alpha_loss": [], "ent_coef_loss": []}
+        logs: dict[str, list[th.Tensor]] = {
+            "actor_loss": [],
+            "critic_loss": [],
+            "alpha": [],
+            "alpha_loss": [],
+            "ent_coef_loss": [],
+        }
 
         for gradient_step in range(gradient_steps):
             data = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)
@@ -295,7 +315,9 @@ class MultiTaskSAC(SAC):
         discounts = data.discounts if data.discounts is not None else self.gamma
         with th.no_grad():
             next_actions, next_log_prob = self.actor.action_log_prob(data.next_observations)
-            next_q = th.cat(self.critic_target(data.next_observations, next_actions), dim=1).min(dim=1, keepdim=True).values
+            next_q = (
+                th.cat(self.critic_target(data.next_observations, next_actions), dim=1).min(dim=1, keepdim=True).values
+            )
             next_q = next_q - alpha_s * next_log_prob.reshape(-1, 1)
             target_q = data.rewards + (1 - data.dones) * discounts * next_q
         current_q = self.critic(data.observations, data.actions)
@@ -341,7 +363,9 @@ class MultiTaskSAC(SAC):
             return weights
         if weights.shape != rows.shape:
             return None
-        return th.zeros(self.num_tasks, dtype=weights.dtype, device=weights.device).index_copy_(0, rows, weights.detach())
+        return th.zeros(self.num_tasks, dtype=weights.dtype, device=weights.device).index_copy_(
+            0, rows, weights.detach()
+        )
 
     def _record(self, logs: dict[str, list[th.Tensor]]) -> None:
         # One device->host transfer per train() call, not one per gradient step.

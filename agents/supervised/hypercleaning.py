@@ -23,7 +23,6 @@ from torch import nn
 from morl.agents.supervised.multitask import MultiHeadMLP, TaskSpec
 from morl.bilevel import FORUM
 
-
 __all__ = ["HyperCleaner", "macro_f1", "train_plain"]
 
 Split = tuple[torch.Tensor, torch.Tensor]
@@ -140,7 +139,9 @@ class HyperCleaner:
         return total
 
     def _upper(self, rows: list) -> torch.Tensor:
-        splits = [(x, y) if r is None else (x[r.to(x.device)], y[r.to(x.device)]) for (x, y), r in zip(self.data.val1, rows)]
+        splits = [
+            (x, y) if r is None else (x[r.to(x.device)], y[r.to(x.device)]) for (x, y), r in zip(self.data.val1, rows)
+        ]
         return _per_dataset_ce(self.model, splits)
 
     def step(self) -> dict[str, torch.Tensor]:
@@ -157,7 +158,11 @@ class HyperCleaner:
         return {"weight_clean": w[clean].mean(), "weight_corrupted": w[~clean].mean()}
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "alpha": [a.detach().clone() for a in self.alpha], "forum": self.forum.state_dict()}
+        return {
+            "model": self.model.state_dict(),
+            "alpha": [a.detach().clone() for a in self.alpha],
+            "forum": self.forum.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -186,7 +191,8 @@ def train_plain(
     model = build_model(data, hidden, seed).to(data.train[0][0].device)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     splits = [
-        (torch.cat([x, xv]), torch.cat([y, yv])) if include_val1 else (x, y) for (x, y), (xv, yv) in zip(data.train, data.val1)
+        (torch.cat([x, xv]), torch.cat([y, yv])) if include_val1 else (x, y)
+        for (x, y), (xv, yv) in zip(data.train, data.val1)
     ]
     best, best_state = -1.0, None
     for k in range(1, steps + 1):

@@ -89,7 +89,11 @@ class LossWeightLearner:
 
     def state_dict(self) -> dict:
         self.sync_adapter_weights()
-        return {"adapter": self.adapter.state_dict(), "logits": self.logits.detach().clone(), "forum": self.forum.state_dict()}
+        return {
+            "adapter": self.adapter.state_dict(),
+            "logits": self.logits.detach().clone(),
+            "forum": self.forum.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.adapter.load_state_dict(state["adapter"])

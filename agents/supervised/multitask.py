@@ -103,10 +103,16 @@ def _resolve_shared(model: nn.Module, shared) -> tuple[list[torch.Tensor], list[
         ids = {id(p) for p in shared.parameters()}
     elif isinstance(shared, (list, tuple)) and shared and all(isinstance(s, str) for s in shared):
         prefixes = tuple(shared)
-        ids = {id(p) for n, p in named if n == prefixes or any(n == s or n.startswith(s.rstrip(".") + ".") for s in prefixes)}
+        ids = {
+            id(p)
+            for n, p in named
+            if n == prefixes or any(n == s or n.startswith(s.rstrip(".") + ".") for s in prefixes)
+        }
         if not ids:
             names = sorted({n.split(".")[0] for n, _ in named})
-            raise ValueError(f"shared prefixes {list(prefixes)} match no trainable parameter; top-level names: {', '.join(names)}")
+            raise ValueError(
+                f"shared prefixes {list(prefixes)} match no trainable parameter; top-level names: {', '.join(names)}"
+            )
     else:
         tensors = list(shared) if shared is not None else []
         if not all(isinstance(t, torch.Tensor) for t in tensors):
@@ -171,7 +177,8 @@ class SupervisedMTL:
         # Device counters of skipped steps (in all, in a row, longest run): read by the caller
         # at its own pace, never synchronised per step.
         self.nonfinite_steps, self.nonfinite_streak, self.nonfinite_longest = (
-            torch.zeros((), dtype=torch.int64, device=self.device) for _ in range(3))
+            torch.zeros((), dtype=torch.int64, device=self.device) for _ in range(3)
+        )
         self.last_task_grads: torch.Tensor | None = None
         self.last_direction: torch.Tensor | None = None
 
@@ -231,7 +238,9 @@ class SupervisedMTL:
                 idx = task_index.to(per.device)
                 losses = per.gather(0, idx.T).mean(dim=0)
         if not isinstance(losses, torch.Tensor) or losses.dim() != 1:
-            raise ValueError(f"the loss function must return a [K] tensor of task losses, got {getattr(losses, 'shape', losses)}")
+            raise ValueError(
+                f"the loss function must return a [K] tensor of task losses, got {getattr(losses, 'shape', losses)}"
+            )
         if self._task_names is None:
             self._task_names = [f"task{k}" for k in range(losses.shape[0])]
         elif losses.shape[0] != len(self._task_names):
@@ -269,7 +278,9 @@ class SupervisedMTL:
         else:  # a loss weighting: one backward of Σ_k w_k (t_k L_k), no [K, D] matrix
             grads = None
             rows = torch.autograd.grad(self.aggregator.weighted_loss(wl), self.shared_params, allow_unused=True)
-            direction = torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(rows, self.shared_params)])
+            direction = torch.cat(
+                [(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(rows, self.shared_params)]
+            )
         write_grads(self.shared_params, direction, accumulate=False)
         if self.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.shared_params + self.task_params, self.max_grad_norm)

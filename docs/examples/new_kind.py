@@ -47,8 +47,19 @@ class QuadraticExperiment(Experiment):
 
     @classmethod
     def validate(cls, cfg: QuadraticConfig) -> None:
-        require(cfg, {"dim": ">=1", "steps": ">=1", "lr": ">0", "noise": ">=0", "log_every": ">=1",
-                      "eval_every": ">=1", "checkpoint_every": ">=1", "checkpoint_minutes": ">0?"})
+        require(
+            cfg,
+            {
+                "dim": ">=1",
+                "steps": ">=1",
+                "lr": ">0",
+                "noise": ">=0",
+                "log_every": ">=1",
+                "eval_every": ">=1",
+                "checkpoint_every": ">=1",
+                "checkpoint_minutes": ">0?",
+            },
+        )
         if cfg.aggregator not in morl.available():
             raise UserError(f"aggregator: unknown {cfg.aggregator!r}; allowed: {', '.join(morl.available())}")
 
@@ -77,7 +88,10 @@ class QuadraticExperiment(Experiment):
 
     def log_metrics(self) -> dict[str, Any]:
         with torch.no_grad():
-            return {"train/loss": dict(zip("ab", self.losses())), "aggregator/weight": dict(zip("ab", self.aggregator.weights))}
+            return {
+                "train/loss": dict(zip("ab", self.losses())),
+                "aggregator/weight": dict(zip("ab", self.aggregator.weights)),
+            }
 
     def evaluate(self, **options: Any) -> dict[str, Any]:
         with torch.no_grad():
@@ -95,8 +109,14 @@ class QuadraticExperiment(Experiment):
         return self.evaluate()
 
     def state_dict(self) -> dict[str, Any]:
-        return {"format": self.checkpoint_format, "config": self.config_dict(), "x": self.x.detach().clone(),
-                "opt": self.opt.state_dict(), "aggregator": self.aggregator.state_dict(), "noise": self.noise.get_state()}
+        return {
+            "format": self.checkpoint_format,
+            "config": self.config_dict(),
+            "x": self.x.detach().clone(),
+            "opt": self.opt.state_dict(),
+            "aggregator": self.aggregator.state_dict(),
+            "noise": self.noise.get_state(),
+        }
 
     def load_state_dict(self, state: dict[str, Any], *, for_evaluation: bool = False) -> None:
         with torch.no_grad():

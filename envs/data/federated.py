@@ -31,7 +31,7 @@ class ClientSplit:
     y: torch.Tensor  #: [n, S] (int64; padding rows are 0)
     count: torch.Tensor  #: [n] real samples per client (int64)
 
-    def to(self, device) -> "ClientSplit":
+    def to(self, device) -> ClientSplit:
         return ClientSplit(self.x.to(device), self.y.to(device), self.count.to(device))
 
 
@@ -53,10 +53,12 @@ class FederatedData:
     def dim(self) -> int:
         return int(self.train.x.shape[-1])
 
-    def to(self, device) -> "FederatedData":
-        return FederatedData(self.name, self.train.to(device), self.val.to(device), self.test.to(device), self.num_classes)
+    def to(self, device) -> FederatedData:
+        return FederatedData(
+            self.name, self.train.to(device), self.val.to(device), self.test.to(device), self.num_classes
+        )
 
-    def client(self, i: int) -> "FederatedData":
+    def client(self, i: int) -> FederatedData:
         """Client ``i`` alone (a one-client dataset), e.g. for a Flower ClientApp."""
         pick = lambda s: ClientSplit(s.x[i : i + 1], s.y[i : i + 1], s.count[i : i + 1])  # noqa: E731
         return FederatedData(self.name, pick(self.train), pick(self.val), pick(self.test), self.num_classes)
@@ -73,7 +75,9 @@ def _pad(parts: list[tuple[np.ndarray, np.ndarray]], dim: int) -> ClientSplit:
     return ClientSplit(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(count))
 
 
-def _split_clients(name: str, clients: list[tuple[np.ndarray, np.ndarray]], num_classes: int, rng: np.random.Generator) -> FederatedData:
+def _split_clients(
+    name: str, clients: list[tuple[np.ndarray, np.ndarray]], num_classes: int, rng: np.random.Generator
+) -> FederatedData:
     splits: list[list] = [[], [], []]
     for x, y in clients:
         order = rng.permutation(len(y))
@@ -89,8 +93,16 @@ def _split_clients(name: str, clients: list[tuple[np.ndarray, np.ndarray]], num_
     return FederatedData(name, *(_pad(s, dim) for s in splits), num_classes=num_classes)
 
 
-def synthetic(rho1: float = 0.5, rho2: float = 0.5, num_clients: int = 30, dim: int = 60, num_classes: int = 10,
-              samples_per_client: int | None = 100, iid: bool = False, seed: int = 0) -> FederatedData:
+def synthetic(
+    rho1: float = 0.5,
+    rho2: float = 0.5,
+    num_clients: int = 30,
+    dim: int = 60,
+    num_classes: int = 10,
+    samples_per_client: int | None = 100,
+    iid: bool = False,
+    seed: int = 0,
+) -> FederatedData:
     """FedProx synthetic(ρ1, ρ2); ``samples_per_client=None`` draws FedProx's lognormal counts."""
     if rho1 < 0 or rho2 < 0:
         raise ValueError(f"rho1 and rho2 are standard deviations and must be >= 0, got {rho1}, {rho2}")
@@ -118,8 +130,9 @@ def synthetic(rho1: float = 0.5, rho2: float = 0.5, num_clients: int = 30, dim: 
     return _split_clients(f"synthetic_{tag}", clients, num_classes, rng)
 
 
-def dirichlet_split(labels: np.ndarray, num_clients: int, alpha: float, min_size: int = 10, seed: int = 0,
-                    max_tries: int = 1000) -> list[np.ndarray]:
+def dirichlet_split(
+    labels: np.ndarray, num_clients: int, alpha: float, min_size: int = 10, seed: int = 0, max_tries: int = 1000
+) -> list[np.ndarray]:
     """Indices per client: each class is divided by a ``Dir(α·1)`` draw (resampled until every
     client holds at least ``min_size`` samples)."""
     if alpha <= 0:
@@ -137,7 +150,9 @@ def dirichlet_split(labels: np.ndarray, num_clients: int, alpha: float, min_size
                 parts[k].extend(chunk.tolist())
         if min(len(p) for p in parts) >= min_size:
             return [np.array(sorted(p), dtype=np.int64) for p in parts]
-    raise ValueError(f"no Dirichlet({alpha}) split gave every client >= {min_size} samples in {max_tries} tries; raise alpha or lower min_size")
+    raise ValueError(
+        f"no Dirichlet({alpha}) split gave every client >= {min_size} samples in {max_tries} tries; raise alpha or lower min_size"
+    )
 
 
 def digits(num_clients: int = 10, alpha: float = 0.5, min_size: int = 20, seed: int = 0) -> FederatedData:

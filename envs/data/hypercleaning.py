@@ -33,7 +33,12 @@ class HyperCleaningData:
     def to(self, device: torch.device) -> HyperCleaningData:
         move = lambda splits: [(x.to(device), y.to(device)) for x, y in splits]  # noqa: E731
         return HyperCleaningData(
-            move(self.train), [c.to(device) for c in self.clean], move(self.val1), move(self.val2), move(self.test), self.num_classes
+            move(self.train),
+            [c.to(device) for c in self.clean],
+            move(self.val1),
+            move(self.val2),
+            move(self.test),
+            self.num_classes,
         )
 
 

@@ -29,7 +29,16 @@ import torch
 
 from morl.tasks import TaskSpec
 
-__all__ = ["MultiTaskData", "DATASETS", "load_dataset", "digits", "digits_pair", "synthetic_regression", "mnist1d", "from_file"]
+__all__ = [
+    "MultiTaskData",
+    "DATASETS",
+    "load_dataset",
+    "digits",
+    "digits_pair",
+    "synthetic_regression",
+    "mnist1d",
+    "from_file",
+]
 
 Split = tuple[torch.Tensor, torch.Tensor]
 
@@ -95,7 +104,9 @@ def _digit_labels(digit: np.ndarray, tasks: Sequence[str]) -> tuple[np.ndarray, 
     return y, [TaskSpec(t, "classification", DIGIT_TASKS[t][0]) for t in tasks]
 
 
-def digits(seed: int = 0, tasks: Sequence[str] = ("digit", "parity", "large"), fractions=(0.6, 0.2, 0.2)) -> MultiTaskData:
+def digits(
+    seed: int = 0, tasks: Sequence[str] = ("digit", "parity", "large"), fractions=(0.6, 0.2, 0.2)
+) -> MultiTaskData:
     """scikit-learn's bundled digits; pixel values scaled to [0, 1]; several labels per image."""
     from sklearn.datasets import load_digits
 
@@ -137,7 +148,9 @@ def task_directions(num_tasks: int, dim: int, cosine: float, rng: np.random.Gene
     """
     lo = -1.0 / (num_tasks - 1) if num_tasks > 1 else -1.0
     if not lo < cosine < 1.0 or dim < num_tasks:
-        raise ValueError(f"cosine must lie in ({lo:.4g}, 1) for {num_tasks} tasks and dim >= num_tasks; got cosine={cosine}, dim={dim}")
+        raise ValueError(
+            f"cosine must lie in ({lo:.4g}, 1) for {num_tasks} tasks and dim >= num_tasks; got cosine={cosine}, dim={dim}"
+        )
     gram = (1.0 - cosine) * np.eye(num_tasks) + cosine * np.ones((num_tasks, num_tasks))
     chol = np.linalg.cholesky(gram)  # rows of chol have the wanted Gram matrix
     basis, _ = np.linalg.qr(rng.standard_normal((dim, num_tasks)))
@@ -172,7 +185,12 @@ def synthetic_regression(
     return MultiTaskData("regression", specs, train, val, test, {"cosine": cosine, "directions": w})
 
 
-def mnist1d(seed: int = 0, num_samples: int = 4000, tasks: Sequence[str] = ("digit", "parity", "large"), fractions=(0.6, 0.2, 0.2)) -> MultiTaskData:
+def mnist1d(
+    seed: int = 0,
+    num_samples: int = 4000,
+    tasks: Sequence[str] = ("digit", "parity", "large"),
+    fractions=(0.6, 0.2, 0.2),
+) -> MultiTaskData:
     """MNIST-1D (40-point signals) generated locally by ``mnist1d.data.make_dataset``.
 
     The package's ``get_dataset`` would download a pickle; ``make_dataset`` builds the data
@@ -181,7 +199,9 @@ def mnist1d(seed: int = 0, num_samples: int = 4000, tasks: Sequence[str] = ("dig
     try:
         from mnist1d.data import get_dataset_args, make_dataset
     except ImportError:
-        raise ValueError("dataset 'mnist1d' needs the mnist1d package (pip install mnist1d); it generates data locally") from None
+        raise ValueError(
+            "dataset 'mnist1d' needs the mnist1d package (pip install mnist1d); it generates data locally"
+        ) from None
     args = get_dataset_args()
     args.num_samples, args.seed, args.train_split = int(num_samples), int(seed), 1.0
     data = make_dataset(args)
@@ -211,11 +231,15 @@ def from_file(
     if p.suffix.lower() == ".npz":
         with np.load(p) as z:
             if "x" not in z or "y" not in z:
-                raise ValueError(f"{path!r}: an NPZ file must hold arrays 'x' [N, F] and 'y' [N, K]; found {', '.join(z.files)}")
+                raise ValueError(
+                    f"{path!r}: an NPZ file must hold arrays 'x' [N, F] and 'y' [N, K]; found {', '.join(z.files)}"
+                )
             x, y = _npz_array(z, "x", path), _npz_array(z, "y", path)
         if len(x) == 0 or y.size == 0:
-            raise ValueError(f"{path!r} holds no data (shapes x {list(x.shape)}, y {list(y.shape)}); "
-                             "it needs rows of at least one feature and one target")
+            raise ValueError(
+                f"{path!r} holds no data (shapes x {list(x.shape)}, y {list(y.shape)}); "
+                "it needs rows of at least one feature and one target"
+            )
         y = y.reshape(len(y), -1)
         names = [f"y{k}" for k in range(y.shape[1])]
     elif p.suffix.lower() == ".csv":
@@ -243,8 +267,10 @@ def from_file(
     x = x.reshape(len(x), -1)
     train, val, test = _split(x, y, seed, fractions)
     if standardize and len(train[0]) < 2:
-        raise ValueError(f"{path!r}: the training split holds {len(train[0])} row(s); standardize needs at least 2 "
-                         f"({len(x)} rows in all)")
+        raise ValueError(
+            f"{path!r}: the training split holds {len(train[0])} row(s); standardize needs at least 2 "
+            f"({len(x)} rows in all)"
+        )
     if standardize:
         mu, sd = train[0].mean(0), train[0].std(0).clamp_min(1e-8)
         train, val, test = [((a - mu) / sd, b) for a, b in (train, val, test)]
@@ -278,7 +304,9 @@ def _read_csv(path: Path, targets) -> tuple[np.ndarray, np.ndarray, list[str]]:
     else:
         missing = [t for t in targets if t not in header]
         if missing:
-            raise ValueError(f"{str(path)!r}: target column(s) {missing} not in the header; columns: {', '.join(header)}")
+            raise ValueError(
+                f"{str(path)!r}: target column(s) {missing} not in the header; columns: {', '.join(header)}"
+            )
         tcols = [header.index(t) for t in targets]
     fcols = [i for i in range(len(header)) if i not in tcols]
     return data[:, fcols].astype(np.float32), data[:, tcols].astype(np.float32), [header[i] for i in tcols]
@@ -302,5 +330,7 @@ def load_dataset(name: str, **options) -> MultiTaskData:
     valid = set(inspect.signature(DATASETS[name]).parameters)
     unknown = sorted(set(options) - valid)
     if unknown:
-        raise ValueError(f"unknown option(s) {', '.join(unknown)} for dataset {name!r}; allowed: {', '.join(sorted(valid))}")
+        raise ValueError(
+            f"unknown option(s) {', '.join(unknown)} for dataset {name!r}; allowed: {', '.join(sorted(valid))}"
+        )
     return DATASETS[name](**options)

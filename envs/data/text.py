@@ -22,18 +22,66 @@ from pathlib import Path
 SPLITS = ("train", "val", "test")
 
 # (subject phrases, attribute pairs (good, bad)). Domain 0 wants "more", domain 1 wants "less".
-_MORE_SUBJECTS = ["the phone battery", "the warranty", "the coffee", "the soup", "the sound system", "the garden",
-                  "the fireworks show", "the tea", "the memory card", "the holiday"]
-_LESS_SUBJECTS = ["the queue", "the commute", "the beer", "the ice cream", "the library", "the bill", "the lecture",
-                  "the waiting time", "the salad", "the delay"]
-_ATTRIBUTES = [("long", "short"), ("hot", "cold"), ("loud", "quiet"), ("big", "small"), ("strong", "weak"),
-               ("large", "tiny")]
-_EXPLICIT_SUBJECTS = ["the service", "the staff", "the film", "the hotel", "the food", "the app", "the concert",
-                      "the book", "the driver", "the course"]
-_EXPLICIT_WORDS = [("great", "awful"), ("wonderful", "terrible"), ("excellent", "horrible"), ("lovely", "dreadful"),
-                   ("superb", "disappointing"), ("fantastic", "poor")]
-_TEMPLATES = ["{s} was {a}.", "honestly, {s} is {a}.", "i think {s} was really {a}.", "{s} turned out {a} today.",
-              "as expected {s} was quite {a}.", "my friend said {s} is {a}."]
+_MORE_SUBJECTS = [
+    "the phone battery",
+    "the warranty",
+    "the coffee",
+    "the soup",
+    "the sound system",
+    "the garden",
+    "the fireworks show",
+    "the tea",
+    "the memory card",
+    "the holiday",
+]
+_LESS_SUBJECTS = [
+    "the queue",
+    "the commute",
+    "the beer",
+    "the ice cream",
+    "the library",
+    "the bill",
+    "the lecture",
+    "the waiting time",
+    "the salad",
+    "the delay",
+]
+_ATTRIBUTES = [
+    ("long", "short"),
+    ("hot", "cold"),
+    ("loud", "quiet"),
+    ("big", "small"),
+    ("strong", "weak"),
+    ("large", "tiny"),
+]
+_EXPLICIT_SUBJECTS = [
+    "the service",
+    "the staff",
+    "the film",
+    "the hotel",
+    "the food",
+    "the app",
+    "the concert",
+    "the book",
+    "the driver",
+    "the course",
+]
+_EXPLICIT_WORDS = [
+    ("great", "awful"),
+    ("wonderful", "terrible"),
+    ("excellent", "horrible"),
+    ("lovely", "dreadful"),
+    ("superb", "disappointing"),
+    ("fantastic", "poor"),
+]
+_TEMPLATES = [
+    "{s} was {a}.",
+    "honestly, {s} is {a}.",
+    "i think {s} was really {a}.",
+    "{s} turned out {a} today.",
+    "as expected {s} was quite {a}.",
+    "my friend said {s} is {a}.",
+]
 DOMAIN_NAMES = ("more-is-better", "less-is-better", "explicit")
 
 
@@ -65,8 +113,14 @@ def _sentence(rng: random.Random, domain: int) -> tuple[str, int]:
     return template.format(s=rng.choice(subjects), a=word), label
 
 
-def generate_domain_flip(train: int = 600, val: int = 300, test: int = 600, seed: int = 0,
-                         domain_weights: list[float] | None = None, label_noise: float = 0.0) -> TextData:
+def generate_domain_flip(
+    train: int = 600,
+    val: int = 300,
+    test: int = 600,
+    seed: int = 0,
+    domain_weights: list[float] | None = None,
+    label_noise: float = 0.0,
+) -> TextData:
     """The generated three-domain sentiment task (see module docstring); deterministic in ``seed``."""
     sizes = {"train": train, "val": val, "test": test}
     for name, size in sizes.items():
@@ -106,7 +160,9 @@ def _read_rows(path: Path) -> list[dict]:
     if suffix in (".csv", ".tsv"):
         with path.open(newline="", encoding="utf-8") as fh:
             return list(csv.DictReader(fh, delimiter="\t" if suffix == ".tsv" else ","))
-    raise ValueError(f"{path}: unsupported file type {suffix!r}; allowed: .jsonl, .json (one object per line), .csv, .tsv")
+    raise ValueError(
+        f"{path}: unsupported file type {suffix!r}; allowed: .jsonl, .json (one object per line), .csv, .tsv"
+    )
 
 
 def _read_split(path: str) -> tuple[list[str], list[str]]:
@@ -121,7 +177,9 @@ def _read_split(path: str) -> tuple[list[str], list[str]]:
     texts, labels = [], []
     for k, row in enumerate(rows, 1):
         if "text" not in row or "label" not in row:
-            raise ValueError(f"data file {path!r}: row {k} lacks a 'text' or 'label' column (has: {', '.join(map(str, row))})")
+            raise ValueError(
+                f"data file {path!r}: row {k} lacks a 'text' or 'label' column (has: {', '.join(map(str, row))})"
+            )
         if not isinstance(row["text"], str) or not row["text"].strip():
             raise ValueError(f"data file {path!r}: row {k} has an empty or non-string 'text'")
         texts.append(row["text"])
@@ -129,8 +187,14 @@ def _read_split(path: str) -> tuple[list[str], list[str]]:
     return texts, labels
 
 
-def load_text_file(train: str, test: str | None = None, val: str | None = None, val_fraction: float = 0.15,
-                   test_fraction: float = 0.15, seed: int = 0) -> TextData:
+def load_text_file(
+    train: str,
+    test: str | None = None,
+    val: str | None = None,
+    val_fraction: float = 0.15,
+    test_fraction: float = 0.15,
+    seed: int = 0,
+) -> TextData:
     """A user's JSONL/CSV (``text``, ``label`` columns). Splits missing as files are cut from ``train``.
 
     Labels may be strings or integers; they are mapped to ``0..C-1`` in sorted order (integers
@@ -164,7 +228,9 @@ def load_text_file(train: str, test: str | None = None, val: str | None = None, 
     for split in SPLITS:
         unknown = sorted(set(raw[split][1]) - set(index))
         if unknown:
-            raise ValueError(f"{split} split has label(s) {', '.join(unknown[:5])} that do not occur in train ({', '.join(names)})")
+            raise ValueError(
+                f"{split} split has label(s) {', '.join(unknown[:5])} that do not occur in train ({', '.join(names)})"
+            )
         labels[split] = [index[y] for y in raw[split][1]]
     return TextData({s: raw[s][0] for s in SPLITS}, labels, names, {s: None for s in SPLITS})
 

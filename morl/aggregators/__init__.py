@@ -4,14 +4,41 @@ from morl import registry
 from morl.aggregators.base import Aggregator, GramianAggregator
 
 # name -> "module:Class" (morl/registry.py), imported on first use; each module is named after its key.
-REGISTRY: dict[str, str] = {name: f"morl.aggregators.{name}:{cls}" for name, cls in (
-    ("mean", "Mean"), ("mgda", "MGDA"), ("smg", "SMG"), ("pcgrad", "PCGrad"), ("cagrad", "CAGrad"), ("moco", "MoCo"),
-    ("epo_al", "EPOAL"), ("upgrad", "UPGrad"), ("dualproj", "DualProj"), ("imtl_g", "IMTLG"),
-    ("aligned_mtl", "AlignedMTL"), ("config", "ConFIG"), ("uw", "UW"), ("dwa", "DWA"), ("famo", "FAMO"),
-    ("gradnorm", "GradNorm"), ("gls", "GLS"), ("stch", "STCH"), ("nash_mtl", "NashMTL"), ("fairgrad", "FairGrad"),
-    ("sdmgrad", "SDMGrad"), ("modo", "MoDo"), ("rlw", "RLW"), ("gradvac", "GradVac"), ("graddrop", "GradDrop"),
-    ("krum", "Krum"), ("trimmed_mean", "TrimmedMean"), ("cr_mogm", "CRMOGM"), ("excess_mtl", "ExcessMTL"), ("pcd", "PCD"),
-)}
+REGISTRY: dict[str, str] = {
+    name: f"morl.aggregators.{name}:{cls}"
+    for name, cls in (
+        ("mean", "Mean"),
+        ("mgda", "MGDA"),
+        ("smg", "SMG"),
+        ("pcgrad", "PCGrad"),
+        ("cagrad", "CAGrad"),
+        ("moco", "MoCo"),
+        ("epo_al", "EPOAL"),
+        ("upgrad", "UPGrad"),
+        ("dualproj", "DualProj"),
+        ("imtl_g", "IMTLG"),
+        ("aligned_mtl", "AlignedMTL"),
+        ("config", "ConFIG"),
+        ("uw", "UW"),
+        ("dwa", "DWA"),
+        ("famo", "FAMO"),
+        ("gradnorm", "GradNorm"),
+        ("gls", "GLS"),
+        ("stch", "STCH"),
+        ("nash_mtl", "NashMTL"),
+        ("fairgrad", "FairGrad"),
+        ("sdmgrad", "SDMGrad"),
+        ("modo", "MoDo"),
+        ("rlw", "RLW"),
+        ("gradvac", "GradVac"),
+        ("graddrop", "GradDrop"),
+        ("krum", "Krum"),
+        ("trimmed_mean", "TrimmedMean"),
+        ("cr_mogm", "CRMOGM"),
+        ("excess_mtl", "ExcessMTL"),
+        ("pcd", "PCD"),
+    )
+}
 
 
 def available() -> list[str]:
@@ -36,5 +63,13 @@ def __getattr__(name: str):  # ``from morl.aggregators import MGDA``, imported o
     return registry.lazy_class(REGISTRY, name, __name__)
 
 
-__all__ = ["Aggregator", "GramianAggregator", "REGISTRY", "available", "aggregator_class", "options_of", "build",
-           *registry.class_names(REGISTRY)]
+__all__ = [
+    "Aggregator",
+    "GramianAggregator",
+    "REGISTRY",
+    "available",
+    "aggregator_class",
+    "options_of",
+    "build",
+    *registry.class_names(REGISTRY),
+]

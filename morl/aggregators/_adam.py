@@ -10,8 +10,13 @@ EPS = 1e-8
 
 
 def adam_step(
-    param: torch.Tensor, grad: torch.Tensor, m: torch.Tensor, v: torch.Tensor, step: torch.Tensor,
-    lr: float, weight_decay: float = 0.0,
+    param: torch.Tensor,
+    grad: torch.Tensor,
+    m: torch.Tensor,
+    v: torch.Tensor,
+    step: torch.Tensor,
+    lr: float,
+    weight_decay: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(param, m, v, step)`` after one Adam step; ``step`` is a 0-d float tensor (no host read)."""
     b1, b2 = BETAS

@@ -26,7 +26,9 @@ class DoubleSampling:
         if not self.double_sampling:
             return gramian(grads).to(torch.float64)
         if grads.shape[0] % 2:
-            raise ValueError(f"{type(self).__name__} with double_sampling=True needs grads [2K, D] (two samples), got {grads.shape[0]} rows")
+            raise ValueError(
+                f"{type(self).__name__} with double_sampling=True needs grads [2K, D] (two samples), got {grads.shape[0]} rows"
+            )
         k = grads.shape[0] // 2
         return (grads[:k] @ grads[k:].transpose(0, 1)).to(torch.float64)
 
@@ -39,8 +41,12 @@ class DoubleSampling:
         if value is None:
             return torch.full((k,), 1.0 / k, dtype=like.dtype, device=like.device)
         if value.shape != (k,):
-            raise ValueError(f"{type(self).__name__} was stepped with K={value.shape[0]} objectives, now got K={k}; call reset() first")
+            raise ValueError(
+                f"{type(self).__name__} was stepped with K={value.shape[0]} objectives, now got K={k}; call reset() first"
+            )
         return value.to(like)
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        return torch.full_like(like, 1.0 / like.shape[0]) if name == self._WEIGHTS else super()._initial_state(name, like)
+        return (
+            torch.full_like(like, 1.0 / like.shape[0]) if name == self._WEIGHTS else super()._initial_state(name, like)
+        )

@@ -27,7 +27,9 @@ class PreferenceVector:
             signs = (p > 0).all() if strict else (p >= 0).all() & (p > 0).any()
             if p.numel() < 1 or not bool(torch.isfinite(p).all() & signs):
                 allowed = "> 0 each" if strict else ">= 0, not all 0"
-                raise ValueError(f"{type(self).__name__} option {self._PREF}={value!r} is not valid; allowed: None or K >= 1 finite numbers {allowed}")
+                raise ValueError(
+                    f"{type(self).__name__} option {self._PREF}={value!r} is not valid; allowed: None or K >= 1 finite numbers {allowed}"
+                )
         setattr(self, self._PREF, p)
 
     def _preference(self, k: int, like: torch.Tensor, default: float | None = None) -> torch.Tensor:

@@ -53,11 +53,15 @@ class Aggregator(torch.nn.Module):
             rows_ok = torch.isfinite(grads).all(dim=1)
             k = int((~rows_ok if losses is None else ~rows_ok | ~torch.isfinite(losses)).nonzero()[0, 0])
             what = "loss" if bool(rows_ok[k]) else "gradient"
-            raise ValueError(f"objective {k} has a non-finite (NaN/inf) {what}; all {grads.shape[0]} objectives must be finite")
+            raise ValueError(
+                f"objective {k} has a non-finite (NaN/inf) {what}; all {grads.shape[0]} objectives must be finite"
+            )
         direction = self.aggregate(grads, losses)
         if not bool(_all_finite(direction)):
-            raise ValueError(f"{type(self).__name__} produced a non-finite direction from finite gradients "
-                             f"(shape {tuple(grads.shape)}, {grads.dtype}); use check_finite='skip' to zero such steps")
+            raise ValueError(
+                f"{type(self).__name__} produced a non-finite direction from finite gradients "
+                f"(shape {tuple(grads.shape)}, {grads.dtype}); use check_finite='skip' to zero such steps"
+            )
         return direction
 
     def _skip_nonfinite(self, grads: torch.Tensor, losses: torch.Tensor | None, ok: torch.Tensor) -> torch.Tensor:
@@ -79,8 +83,12 @@ class Aggregator(torch.nn.Module):
 
     def _state_buffers(self) -> list[tuple[torch.nn.Module, str, torch.Tensor | None]]:
         """(module, name, value) of every persistent, non-counter buffer here and in submodules."""
-        return [(m, name, value) for m in self.modules() for name, value in m._buffers.items()
-                if name not in m._non_persistent_buffers_set and name not in self._COUNTERS]
+        return [
+            (m, name, value)
+            for m in self.modules()
+            for name, value in m._buffers.items()
+            if name not in m._non_persistent_buffers_set and name not in self._COUNTERS
+        ]
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
         """The value buffer ``name`` has before its first finite call (what "skip" puts back)."""
@@ -101,8 +109,10 @@ class Aggregator(torch.nn.Module):
         if not isinstance(grads, torch.Tensor):
             raise TypeError(f"grads must be a torch.Tensor of shape [K, D], got {type(grads).__name__}")
         if grads.dim() != 2 or 0 in grads.shape or not grads.is_floating_point():
-            raise ValueError(f"grads must be a floating-point tensor of shape [K, D] with K >= 1 and at least one column "
-                             f"(D >= 1), got shape {tuple(grads.shape)}, dtype {grads.dtype}")
+            raise ValueError(
+                f"grads must be a floating-point tensor of shape [K, D] with K >= 1 and at least one column "
+                f"(D >= 1), got shape {tuple(grads.shape)}, dtype {grads.dtype}"
+            )
         if losses is None:
             if self.needs_losses:
                 raise ValueError(f"{type(self).__name__} needs the [K] loss vector: call aggregator(grads, losses)")
@@ -127,7 +137,9 @@ class Aggregator(torch.nn.Module):
                 continue
             value = state_dict.get(prefix + name)
             if value is not None and not isinstance(value, torch.Tensor):
-                raise TypeError(f"{type(self).__name__}.load_state_dict: {prefix + name} must be a tensor, got {type(value).__name__}")
+                raise TypeError(
+                    f"{type(self).__name__}.load_state_dict: {prefix + name} must be a tensor, got {type(value).__name__}"
+                )
             if value is not None:
                 value = value.detach().clone().to(value.device if current is None else current.device)
             self._buffers[name] = value
@@ -140,7 +152,9 @@ class Aggregator(torch.nn.Module):
 class GramianAggregator(Aggregator):
     """Weights from the K×K Gramian only (:meth:`weights_from_gramian`); the direction is ``weights @ grads``."""
 
-    gramian_in_units: bool = False  # True: weights_from_gramian gets G itself, not G / max diag (Nash-MTL, FairGrad, PCD)
+    gramian_in_units: bool = (
+        False  # True: weights_from_gramian gets G itself, not G / max diag (Nash-MTL, FairGrad, PCD)
+    )
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         gram = gramian(grads)

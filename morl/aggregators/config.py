@@ -26,12 +26,18 @@ def config_weights(gram: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     nonzero = diag > ZERO_ROW
     inv_norm = torch.where(nonzero, diag.clamp_min(ZERO_ROW).rsqrt(), torch.zeros_like(diag))
     units = g * inv_norm.unsqueeze(-1) * inv_norm.unsqueeze(-2)  # UUᵀ, zero rows stay 0
-    a = (torch.linalg.pinv(units, rtol=k * torch.finfo(gram.dtype).eps, hermitian=True) @ w.to(g).unsqueeze(-1)).squeeze(-1)
+    a = (
+        torch.linalg.pinv(units, rtol=k * torch.finfo(gram.dtype).eps, hermitian=True) @ w.to(g).unsqueeze(-1)
+    ).squeeze(-1)
     beta = a * inv_norm
     g_beta = (g @ beta.unsqueeze(-1)).squeeze(-1)
     length2 = (beta * g_beta).sum(-1, keepdim=True)  # ‖Jᵀβ‖²
     ok = length2 > 0
-    return torch.where(ok, beta * g_beta.sum(-1, keepdim=True) / torch.where(ok, length2, torch.ones_like(length2)), torch.zeros_like(beta))
+    return torch.where(
+        ok,
+        beta * g_beta.sum(-1, keepdim=True) / torch.where(ok, length2, torch.ones_like(length2)),
+        torch.zeros_like(beta),
+    )
 
 
 class ConFIG(PreferenceVector, GramianAggregator):

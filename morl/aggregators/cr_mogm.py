@@ -14,7 +14,9 @@ class CRMOGM(Aggregator):
     """EMA of a base aggregator's weights; state ``lam`` (λ_{t−1}), ``calls``. Options: ``base`` ("mgda"):
     an aggregator whose direction is ``weights @ grads``; ``base_options`` (None); ``alpha`` (0.9, in [0, 1])."""
 
-    def __init__(self, base: str = "mgda", base_options: dict | None = None, alpha: float = 0.9, check_finite: str = "raise") -> None:
+    def __init__(
+        self, base: str = "mgda", base_options: dict | None = None, alpha: float = 0.9, check_finite: str = "raise"
+    ) -> None:
         super().__init__(check_finite=check_finite)
         check_number("CRMOGM", "alpha", alpha)
         if alpha > 1:
@@ -26,7 +28,9 @@ class CRMOGM(Aggregator):
             from morl.aggregators import aggregator_class, available
 
             weighted = [n for n in available() if aggregator_class(n).direction_is_weighted]
-            raise ValueError(f"CRMOGM option base={base!r} is not valid (its direction is not weights @ grads); allowed: {', '.join(weighted)}")
+            raise ValueError(
+                f"CRMOGM option base={base!r} is not valid (its direction is not weights @ grads); allowed: {', '.join(weighted)}"
+            )
         self.needs_losses = self.base.needs_losses
         self.register_buffer("lam", None)
         self.register_buffer("calls", None)
@@ -38,7 +42,9 @@ class CRMOGM(Aggregator):
             lam, calls = lam_hat, torch.ones((), dtype=torch.int64, device=grads.device)
         else:
             if self.lam.shape != lam_hat.shape:
-                raise ValueError(f"CRMOGM holds weights for K={self.lam.shape[0]} objectives but got K={grads.shape[0]}; call reset() to start over")
+                raise ValueError(
+                    f"CRMOGM holds weights for K={self.lam.shape[0]} objectives but got K={grads.shape[0]}; call reset() to start over"
+                )
             # calls == 0 after a skipped first call (the skip policy put the zeros back): λ_0 = λ̂_1
             lam = torch.where(self.calls > 0, self.alpha * self.lam.to(lam_hat) + (1.0 - self.alpha) * lam_hat, lam_hat)
             calls = self.calls + 1

@@ -49,7 +49,10 @@ class DWA(CallCounters, LossWeighting):
         """Close the current period: its mean loss becomes L(t−1) of the next weights."""
         if self._calls == 0 or self.acc is None:
             return
-        self.before, self.last = self.last if self.last is not None else torch.zeros_like(self.acc), self.acc / self._calls
+        self.before, self.last = (
+            self.last if self.last is not None else torch.zeros_like(self.acc),
+            self.acc / self._calls,
+        )
         self.acc = torch.zeros_like(self.acc)
         self._calls = 0
         self._periods += 1

@@ -32,7 +32,10 @@ class EPOAL(CallCounters, PreferenceVector, Aggregator):
     needs_losses = True
 
     def __init__(
-        self, preference: Sequence[float] | torch.Tensor | None = None, eta: float = 10.0, mu: float = 0.1,
+        self,
+        preference: Sequence[float] | torch.Tensor | None = None,
+        eta: float = 10.0,
+        mu: float = 0.1,
         check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
@@ -50,7 +53,9 @@ class EPOAL(CallCounters, PreferenceVector, Aggregator):
         k = grads.shape[0]
         r = self._preference(k, grads)
         if self.p is not None and self.p.shape[0] != k:
-            raise ValueError(f"EPOAL was stepped with K={self.p.shape[0]} objectives, now got K={k}; call reset() first")
+            raise ValueError(
+                f"EPOAL was stepped with K={self.p.shape[0]} objectives, now got K={k}; call reset() first"
+            )
         p = self._initial_state("p", r) if self.p is None else self.p.to(r)
         c = fairness_residual(losses, r)
         weights = p.clamp(min=0) + self.eta * c
@@ -67,4 +72,3 @@ def fairness_residual(losses: torch.Tensor, preference: torch.Tensor) -> torch.T
     """c = r ∘ (r∘J − mean(r∘J)), the gradient of J^T L_r J / 2 (eq. 14; L_r is never built)."""
     v = preference * losses
     return preference * (v - v.mean())
-

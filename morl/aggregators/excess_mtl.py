@@ -68,7 +68,9 @@ class ExcessMTL(CallCounters, Aggregator):
         if self.sq_sum is None:
             return tuple(self._initial_state(n, g if n == "sq_sum" else g.new_zeros(g.shape[0])) for n in STATE)
         if self.sq_sum.shape != g.shape:
-            raise ValueError(f"ExcessMTL holds statistics for gradients of shape {tuple(self.sq_sum.shape)} but got {tuple(g.shape)}; call reset() to start over")
+            raise ValueError(
+                f"ExcessMTL holds statistics for gradients of shape {tuple(self.sq_sum.shape)} but got {tuple(g.shape)}; call reset() to start over"
+            )
         return tuple(getattr(self, n) for n in STATE)
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:

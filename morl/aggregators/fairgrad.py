@@ -23,7 +23,12 @@ class FairGrad(GramianAggregator):
     gramian_in_units = True  # w scales as ‖g‖^(−2α/(α+1)): the Gramian in the gradients' units
 
     def __init__(
-        self, alpha: float = 1.0, max_norm: float = 1.0, max_iter: int = 50, tol: float = 1e-8, check_finite: str = "raise",
+        self,
+        alpha: float = 1.0,
+        max_norm: float = 1.0,
+        max_iter: int = 50,
+        tol: float = 1e-8,
+        check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
         check_number("FairGrad", "alpha", alpha)

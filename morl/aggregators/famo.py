@@ -24,13 +24,18 @@ class FAMO(LossWeighting):
     needs_losses_after_step = True
     _STATE = ("logits", "m", "v", "step", "prev", "pending")
 
-    def __init__(self, w_lr: float = 0.025, gamma: float = 0.001, min_losses: float | list[float] = 0.0,
-                 check_finite: str = "raise") -> None:
+    def __init__(
+        self,
+        w_lr: float = 0.025,
+        gamma: float = 0.001,
+        min_losses: float | list[float] = 0.0,
+        check_finite: str = "raise",
+    ) -> None:
         super().__init__(check_finite=check_finite)
         check_number("FAMO", "w_lr", w_lr)
         check_number("FAMO", "gamma", gamma)
         per_task = isinstance(min_losses, (list, tuple))
-        for value in (min_losses if per_task else [min_losses]):
+        for value in min_losses if per_task else [min_losses]:
             check_number("FAMO", "min_losses", value, low=-float("inf"))
         self.w_lr, self.gamma = float(w_lr), float(gamma)
         self.min_losses = tuple(float(v) for v in min_losses) if per_task else float(min_losses)

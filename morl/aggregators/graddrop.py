@@ -28,7 +28,11 @@ class GradDrop(SeededDraws, Aggregator):
     direction_is_weighted = False  # the masks are per coordinate
 
     def __init__(
-        self, leak: float | Sequence[float] = 0.0, seed: int = 0, reduction: str = "mean", check_finite: str = "raise",
+        self,
+        leak: float | Sequence[float] = 0.0,
+        seed: int = 0,
+        reduction: str = "mean",
+        check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
         self._init_seed("GradDrop", seed)
@@ -45,7 +49,9 @@ class GradDrop(SeededDraws, Aggregator):
         total = grads.sum(0)
         mass = torch.linalg.vector_norm(grads, ord=1, dim=0)  # Σ_k |g_kc| without a |G| copy
         purity = 0.5 * (1.0 + total / torch.where(mass > 0, mass, 1.0))
-        u = torch.rand(grads.shape[1], generator=self._generator_for(grads.device), dtype=grads.dtype, device=grads.device)
+        u = torch.rand(
+            grads.shape[1], generator=self._generator_for(grads.device), dtype=grads.dtype, device=grads.device
+        )
         keep_pos, keep_neg = (purity > u).to(grads.dtype), (purity < u).to(grads.dtype)
         direction, kept, l1 = self._masked_part(grads.clamp(min=0.0), keep_pos, leak)
         neg_direction, neg_kept, neg_l1 = self._masked_part(grads.clamp(max=0.0), keep_neg, leak)
@@ -72,5 +78,7 @@ def _validate_leak(leak) -> tuple[float, ...]:
     values = tuple(leak) if isinstance(leak, (list, tuple)) else (leak,)
     for v in values:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
-            raise ValueError(f"GradDrop option leak={leak!r} is not valid; allowed: a number in [0, 1] or K such numbers")
+            raise ValueError(
+                f"GradDrop option leak={leak!r} is not valid; allowed: a number in [0, 1] or K such numbers"
+            )
     return tuple(float(v) for v in values)

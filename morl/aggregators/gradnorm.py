@@ -55,8 +55,9 @@ class GradNorm(LossWeighting):
         g = w.abs() * norms
         target = g.mean() * r.pow(self.alpha)
         grad = torch.sign(g - target) * norms  # ∂/∂w_k of Σ|w_k‖g_k‖ − target_k| for w_k ≥ 0
-        new, self.m, self.v, self.step = adam_step(w, grad, self._get("m", w), self._get("v", w),
-                                                   self._count("step", w), self.lr)
+        new, self.m, self.v, self.step = adam_step(
+            w, grad, self._get("m", w), self._get("v", w), self._count("step", w), self.lr
+        )
         new = new.clamp_min(0.0)
         total = new.sum()
         k = w.shape[0]

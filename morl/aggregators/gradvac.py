@@ -69,7 +69,9 @@ class GradVac(PCGrad):
         if self.targets is None:
             return torch.zeros(k, k, dtype=like.dtype, device=like.device)  # φ̂^(0) = 0 (Algorithm 1)
         if self.targets.shape != (k, k):
-            raise ValueError(f"GradVac holds targets for K={self.targets.shape[0]} tasks but got K={k}; call reset() to start over")
+            raise ValueError(
+                f"GradVac holds targets for K={self.targets.shape[0]} tasks but got K={k}; call reset() to start over"
+            )
         return self.targets.to(like)
 
     def _draw_orders(self, k: int, device: torch.device) -> torch.Tensor:

@@ -34,9 +34,13 @@ class Krum(GramianAggregator):
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k, f = gram.shape[0], self.n_byzantine
         if f > 0 and k < 2 * f + 3:
-            raise ValueError(f"Krum option n_byzantine={f} is not valid for K={k} rows; allowed: K >= 2*n_byzantine + 3 (K > 2f + 2)")
+            raise ValueError(
+                f"Krum option n_byzantine={f} is not valid for K={k} rows; allowed: K >= 2*n_byzantine + 3 (K > 2f + 2)"
+            )
         if self.m > k - f:
-            raise ValueError(f"Krum option m={self.m} is not valid for K={k} rows and n_byzantine={f}; allowed: 1 <= m <= K - n_byzantine")
+            raise ValueError(
+                f"Krum option m={self.m} is not valid for K={k} rows and n_byzantine={f}; allowed: 1 <= m <= K - n_byzantine"
+            )
         g = gram.to(torch.float64)
         sq = torch.diagonal(g)
         # G_ii + G_jj − (G_ij + G_ji): exactly symmetric, so mutual nearest neighbours tie exactly

@@ -36,7 +36,9 @@ class LossWeighting(Aggregator):
         """Σ_k w_k L_k with this step's weights detached. The weights come from a call on the
         K×K identity (w @ I = w), so the non-finite policy applies to the losses unchanged."""
         if not isinstance(losses, torch.Tensor) or losses.dim() != 1 or losses.shape[0] < 1:
-            raise ValueError(f"losses must be a [K] tensor with K >= 1, got {getattr(losses, 'shape', type(losses).__name__)}")
+            raise ValueError(
+                f"losses must be a [K] tensor with K >= 1, got {getattr(losses, 'shape', type(losses).__name__)}"
+            )
         eye = torch.eye(losses.shape[0], dtype=losses.dtype, device=losses.device)
         w = self(eye, losses.detach())
         return (w.detach() * losses).sum()

@@ -19,18 +19,42 @@ from morl.solvers.gramian import gram_scale
 from morl.solvers.min_norm import min_norm_solve
 from morl.solvers.simplex import project_simplex, softmax_map
 
-CHOICES = dict(lambda_map=("proj", "softmax", "exact"), order=("paper", "code"), grad_norm=("none", "l2", "loss", "l2_loss"),
-               schedule=("call", "epoch"), beta_clip=(True, False), lambda_gram=("raw", "normalized"))
+CHOICES = dict(
+    lambda_map=("proj", "softmax", "exact"),
+    order=("paper", "code"),
+    grad_norm=("none", "l2", "loss", "l2_loss"),
+    schedule=("call", "epoch"),
+    beta_clip=(True, False),
+    lambda_gram=("raw", "normalized"),
+)
 #: Used for every option left at None and not set by the preset.
-DEFAULTS = dict(beta0=0.5, beta_pow=0.5, gamma0=0.1, gamma_pow=0.5, rho=0.0, k0=1, lambda_map="proj", order="code",
-                grad_norm="none", lam_grad_scale=1.0, schedule="call", beta_clip=False, out_scale=1.0, lambda_gram="raw")
+DEFAULTS = dict(
+    beta0=0.5,
+    beta_pow=0.5,
+    gamma0=0.1,
+    gamma_pow=0.5,
+    rho=0.0,
+    k0=1,
+    lambda_map="proj",
+    order="code",
+    grad_norm="none",
+    lam_grad_scale=1.0,
+    schedule="call",
+    beta_clip=False,
+    out_scale=1.0,
+    lambda_gram="raw",
+)
 #: Per-experiment settings from the authors' code (the paper's Table 10 is missing).
 PRESETS = {
     "toy": dict(beta0=5.0, beta_pow=0.5, lambda_map="exact", rho=0.0),  # toy script: exact min-norm on Y
     # CAGrad/utils.py::tracking: decay index = epoch, softmax λ, direction × M (M=2)
-    "cityscapes": dict(beta0=0.05, beta_pow=0.5, gamma0=0.1, gamma_pow=0.5, lambda_map="softmax", schedule="epoch", out_scale=2.0),
+    "cityscapes": dict(
+        beta0=0.05, beta_pow=0.5, gamma0=0.1, gamma_pow=0.5, lambda_map="softmax", schedule="epoch", out_scale=2.0
+    ),
     # run_moco.sh: constant β, γ; g/‖g‖·loss before tracking; softmax λ; × M (M=3)
-    "nyuv2": dict(beta0=0.99, beta_pow=0.0, gamma0=0.1, gamma_pow=0.0, lambda_map="softmax", grad_norm="l2_loss", out_scale=3.0),
+    "nyuv2": dict(
+        beta0=0.99, beta_pow=0.0, gamma0=0.1, gamma_pow=0.0, lambda_map="softmax", grad_norm="l2_loss", out_scale=3.0
+    ),
     # LibMTL Tracking.py: counter from 1, sort projection, the gradient of ‖Yλ‖² (factor 2)
     "office": dict(beta0=0.5, beta_pow=0.5, gamma0=0.1, gamma_pow=0.5, lambda_map="proj", lam_grad_scale=2.0),
     # RL (our choice): the λ step on Y Yᵀ / max diag, so λ ignores the gradients' drifting scale
@@ -53,11 +77,26 @@ class MoCo(CallCounters, Aggregator):
     direction_is_weighted = False  # d is λ·Y, not weights @ grads
 
     def __init__(  # None: from the preset, else DEFAULTS
-        self, preset: str | None = None, beta0: float | None = None, beta_pow: float | None = None, gamma0: float | None = None,
-        gamma_pow: float | None = None, k0: int | None = None, rho: float | None = None, lambda_map: str | None = None,
-        lam_grad_scale: float | None = None, lambda_gram: str | None = None, order: str | None = None, grad_norm: str | None = None,
-        schedule: str | None = None, beta_clip: bool | None = None, out_scale: float | None = None,
-        y_radius: float | Sequence[float] | None = None, base: str | None = None, base_options: dict | None = None, check_finite: str = "raise",
+        self,
+        preset: str | None = None,
+        beta0: float | None = None,
+        beta_pow: float | None = None,
+        gamma0: float | None = None,
+        gamma_pow: float | None = None,
+        k0: int | None = None,
+        rho: float | None = None,
+        lambda_map: str | None = None,
+        lam_grad_scale: float | None = None,
+        lambda_gram: str | None = None,
+        order: str | None = None,
+        grad_norm: str | None = None,
+        schedule: str | None = None,
+        beta_clip: bool | None = None,
+        out_scale: float | None = None,
+        y_radius: float | Sequence[float] | None = None,
+        base: str | None = None,
+        base_options: dict | None = None,
+        check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
         if preset is not None:
@@ -69,7 +108,9 @@ class MoCo(CallCounters, Aggregator):
         for name, allowed in CHOICES.items():
             check_choice("MoCo", name, opts[name], allowed)
         if opts["k0"] == 0 and (opts["beta_pow"] > 0 or opts["gamma_pow"] > 0):
-            raise ValueError("MoCo option k0=0 is not valid with a decaying schedule (β_0 = beta0/0^pow); allowed: k0 >= 1")
+            raise ValueError(
+                "MoCo option k0=0 is not valid with a decaying schedule (β_0 = beta0/0^pow); allowed: k0 >= 1"
+            )
         self.preset = preset
         for key, value in self.options.items():
             setattr(self, key, value)
@@ -81,7 +122,9 @@ class MoCo(CallCounters, Aggregator):
             raise ValueError("MoCo option base_options needs base=<aggregator name>")
         self.base_name = base
         self.base = None if base is None else build_base("MoCo", base, base_options)
-        self.needs_losses = self.grad_norm in ("loss", "l2_loss") or bool(self.base is not None and self.base.needs_losses)
+        self.needs_losses = self.grad_norm in ("loss", "l2_loss") or bool(
+            self.base is not None and self.base.needs_losses
+        )
         self.register_buffer("y", None)
         self.register_buffer("lam", None)
         self.k = 0
@@ -112,7 +155,9 @@ class MoCo(CallCounters, Aggregator):
         beta, gamma = self.step_sizes()
         y_new = self.y - beta * (self.y - g)
         if self.y_radius is not None:
-            y_new = y_new * torch.clamp(self._radius_on(y_new) / y_new.norm(dim=1, keepdim=True).clamp_min(torch.finfo(g.dtype).tiny), max=1.0)
+            y_new = y_new * torch.clamp(
+                self._radius_on(y_new) / y_new.norm(dim=1, keepdim=True).clamp_min(torch.finfo(g.dtype).tiny), max=1.0
+            )
         y = y_new if self.order == "code" else self.y
         if self.base is not None:
             direction, lam_new = self.base(y, losses), self.lam
@@ -141,7 +186,10 @@ class MoCo(CallCounters, Aggregator):
         """The radii as a [K or 1, 1] tensor, made once per device and dtype (no copy per call)."""
         key = (like.device, like.dtype)
         if getattr(self, "_radius_cache", (None, None))[0] != key:
-            self._radius_cache = (key, torch.as_tensor(self.y_radius, dtype=like.dtype, device=like.device).reshape(-1, 1))
+            self._radius_cache = (
+                key,
+                torch.as_tensor(self.y_radius, dtype=like.dtype, device=like.device).reshape(-1, 1),
+            )
         return self._radius_cache[1]
 
     def _ensure_state(self, g: torch.Tensor) -> None:
@@ -151,8 +199,10 @@ class MoCo(CallCounters, Aggregator):
                 raise ValueError(f"MoCo option y_radius has {len(self.y_radius)} radii; allowed: 1 or K={k}")
             self.y, self.lam = torch.zeros_like(g), torch.full((k,), 1.0 / k, dtype=g.dtype, device=g.device)
         elif (self.y.shape, self.y.dtype, self.y.device) != (g.shape, g.dtype, g.device):
-            raise ValueError(f"MoCo holds tracked gradients of shape {tuple(self.y.shape)} ({self.y.dtype}, {self.y.device}) "
-                             f"but got {tuple(g.shape)} ({g.dtype}, {g.device}); call reset() to start over")
+            raise ValueError(
+                f"MoCo holds tracked gradients of shape {tuple(self.y.shape)} ({self.y.dtype}, {self.y.device}) "
+                f"but got {tuple(g.shape)} ({g.dtype}, {g.device}); call reset() to start over"
+            )
 
     def __repr__(self) -> str:
         extra = f", base={self.base!r}" if self.base is not None else ""

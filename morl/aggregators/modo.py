@@ -20,7 +20,9 @@ class MoDo(DoubleSampling, Aggregator):
 
     _WEIGHTS = "lam"
 
-    def __init__(self, gamma: float = 0.1, rho: float = 0.1, double_sampling: bool = False, check_finite: str = "raise") -> None:
+    def __init__(
+        self, gamma: float = 0.1, rho: float = 0.1, double_sampling: bool = False, check_finite: str = "raise"
+    ) -> None:
         super().__init__(check_finite=check_finite)
         check_number("MoDo", "gamma", gamma, strict=True)
         check_number("MoDo", "rho", rho)

@@ -33,7 +33,11 @@ class NashMTL(CallCounters, GramianAggregator):
     gramian_in_units = True  # α ~ 1/‖g‖: the Gramian in the gradients' units
 
     def __init__(
-        self, max_norm: float = 1.0, update_weights_every: int = 1, max_iter: int = 50, tol: float = 1e-8,
+        self,
+        max_norm: float = 1.0,
+        update_weights_every: int = 1,
+        max_iter: int = 50,
+        tol: float = 1e-8,
         check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)

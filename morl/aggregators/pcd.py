@@ -27,7 +27,11 @@ class PCD(GramianAggregator):
     gramian_in_units = True  # the moving average is of ‖g_k‖² in the gradients' units
 
     def __init__(
-        self, tau: float | list[float] = 0.02, beta: float = 0.999, eps: float = 1e-8, max_iter: int | None = None,
+        self,
+        tau: float | list[float] = 0.02,
+        beta: float = 0.999,
+        eps: float = 1e-8,
+        max_iter: int | None = None,
         check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
@@ -71,7 +75,9 @@ class PCD(GramianAggregator):
         if not isinstance(self.tau, list):
             return torch.full((k - 1,), self.tau, dtype=like.dtype, device=like.device)
         if len(self.tau) != k - 1:
-            raise ValueError(f"PCD option tau has {len(self.tau)} values; allowed: one per secondary objective ({k - 1} for K = {k})")
+            raise ValueError(
+                f"PCD option tau has {len(self.tau)} values; allowed: one per secondary objective ({k - 1} for K = {k})"
+            )
         return on_device(self._tau_on, self.tau, like)
 
     def _warn_if_slow(self, k: int) -> None:
@@ -81,7 +87,9 @@ class PCD(GramianAggregator):
             warnings.warn(
                 f"PCD with K={k} objectives: a call with conflicting gradients takes up to {steps} active-set "
                 f"steps, each solving a {n}x{n} system (~{steps * 2 * n**3 / 3:.0e} flop: seconds or more a call); "
-                "max_iter caps the steps", UserWarning,
+                "max_iter caps the steps",
+                UserWarning,
+                stacklevel=4,
             )
 
     def _update_scales(self, sq_norms: torch.Tensor) -> torch.Tensor:
@@ -91,7 +99,9 @@ class PCD(GramianAggregator):
             ema = torch.zeros_like(sq_norms)
             steps = torch.zeros((), dtype=torch.int64, device=sq_norms.device)
         elif ema.shape != sq_norms.shape:
-            raise ValueError(f"PCD holds averages for {ema.shape[0]} objectives but got {sq_norms.shape[0]}; call reset() to start over")
+            raise ValueError(
+                f"PCD holds averages for {ema.shape[0]} objectives but got {sq_norms.shape[0]}; call reset() to start over"
+            )
         ema = self.beta * ema.to(sq_norms) + (1.0 - self.beta) * sq_norms
         steps = steps + 1
         denominators = torch.sqrt(ema / (1.0 - torch.pow(self.beta, steps.to(torch.float64))) + self.eps)

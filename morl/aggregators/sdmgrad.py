@@ -14,7 +14,9 @@ from morl.aggregators.base import Aggregator
 from morl.solvers.simplex import project_simplex
 
 
-def sdmgrad_steps(a: torch.Tensor, w: torch.Tensor, lam: float, lr: float, momentum: float, n_steps: int) -> torch.Tensor:
+def sdmgrad_steps(
+    a: torch.Tensor, w: torch.Tensor, lam: float, lr: float, momentum: float, n_steps: int
+) -> torch.Tensor:
     """``n_steps`` projected heavy-ball steps on ½ wᵀAw + (λ/K) wᵀA1 (torch SGD's momentum rule)."""
     shift = lam * torch.full_like(w, 1.0 / w.shape[-1])
     velocity = torch.zeros_like(w)
@@ -37,8 +39,13 @@ class SDMGrad(DoubleSampling, Aggregator):
     ``n_steps`` (20), ``double_sampling`` (False)."""
 
     def __init__(
-        self, lam: float = 0.3, lr: float = 10.0, momentum: float = 0.5, n_steps: int = 20,
-        double_sampling: bool = False, check_finite: str = "raise",
+        self,
+        lam: float = 0.3,
+        lr: float = 10.0,
+        momentum: float = 0.5,
+        n_steps: int = 20,
+        double_sampling: bool = False,
+        check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
         check_number("SDMGrad", "lam", lam)

@@ -22,7 +22,12 @@ class UPGrad(PreferenceVector, GramianAggregator):
     """
 
     def __init__(
-        self, pref_vector=None, reg_eps: float = 0.0, max_iter: int = 100, tol: float = 1e-10, check_finite: str = "raise",
+        self,
+        pref_vector=None,
+        reg_eps: float = 0.0,
+        max_iter: int = 100,
+        tol: float = 1e-10,
+        check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
         name = type(self).__name__

@@ -34,8 +34,9 @@ class UW(LossWeighting):
         s = self._get("log_var", losses)
         w = 0.5 * torch.exp(-s)
         grad = 0.5 - w * losses  # ∂/∂s of ½ e^{−s} L + ½ s
-        s, self.m, self.v, self.step = adam_step(s, grad, self._get("m", losses), self._get("v", losses),
-                                                 self._count("step", losses), self.lr)
+        s, self.m, self.v, self.step = adam_step(
+            s, grad, self._get("m", losses), self._get("v", losses), self._count("step", losses), self.lr
+        )
         self.log_var = s
         return w
 

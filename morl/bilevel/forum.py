@@ -165,7 +165,9 @@ def forum_direction(
     scaled_eps = eps / torch.where(amax > 0, amax, torch.ones_like(amax)).to(torch.float64) ** 2
     denom = gq_sq + scaled_eps
     zero_gq = denom <= 1e-24 * torch.diagonal(gram).amax().clamp_min(torch.finfo(torch.float64).tiny)
-    pi = rho - torch.where(zero_gq, torch.zeros_like(cross), cross / torch.where(zero_gq, torch.ones_like(denom), denom))
+    pi = rho - torch.where(
+        zero_gq, torch.zeros_like(cross), cross / torch.where(zero_gq, torch.ones_like(denom), denom)
+    )
     phi = 0.5 * rho * gq_sq
     if m == 1:
         lam = torch.ones(1, dtype=torch.float64, device=rows.device)
@@ -296,7 +298,9 @@ class FORUM:
         }
 
     # -- one iteration ----------------------------------------------------------------------
-    def step(self, lower_inputs: tuple = (), upper_inputs: tuple = (), beta: float | None = None) -> dict[str, torch.Tensor]:
+    def step(
+        self, lower_inputs: tuple = (), upper_inputs: tuple = (), beta: float | None = None
+    ) -> dict[str, torch.Tensor]:
         """One upper-level iteration (Algorithm 1, lines 4–15); returns detached diagnostics.
 
         ``beta`` overrides β_k (e.g. the official code's per-epoch schedule); by default
@@ -309,11 +313,15 @@ class FORUM:
         finite = torch.isfinite(descent).all()
         if self.check_finite == "raise":
             if not bool(finite):
-                raise ValueError(f"FORUM step {self.k}: the direction is not finite (NaN/inf in the gradients or objectives)")
+                raise ValueError(
+                    f"FORUM step {self.k}: the direction is not finite (NaN/inf in the gradients or objectives)"
+                )
         else:
             descent = torch.where(finite, descent, torch.zeros_like(descent))
             self.nonfinite_steps = self.nonfinite_steps + (~finite).to(torch.int64)
-        self.lam_tilde = torch.where(finite, out.lam_tilde, self.lam_tilde) if self.lam_tilde is not None else out.lam_tilde
+        self.lam_tilde = (
+            torch.where(finite, out.lam_tilde, self.lam_tilde) if self.lam_tilde is not None else out.lam_tilde
+        )
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         write_grads(self.params, descent, accumulate=False)
@@ -366,4 +374,3 @@ def _check_positive(**values: float) -> None:
     for name, v in values.items():
         if not v > 0:
             raise ValueError(f"{name} must be > 0, got {v}")
-

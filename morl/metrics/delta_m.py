@@ -55,7 +55,9 @@ def delta_m(
         names = [str(i) for i in range(len(higher_is_better))]
         vals, base, hib = list(values), list(baseline), list(higher_is_better)
         if not len(vals) == len(base) == len(hib):
-            raise ValueError(f"values, baseline and higher_is_better need equal lengths, got {len(vals)}, {len(base)}, {len(hib)}")
+            raise ValueError(
+                f"values, baseline and higher_is_better need equal lengths, got {len(vals)}, {len(base)}, {len(hib)}"
+            )
     if not names:
         raise ValueError("delta_m needs at least one metric")
     total = 0.0

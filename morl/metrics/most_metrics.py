@@ -32,7 +32,9 @@ def picked_accuracy(test_acc: torch.Tensor, val_acc: torch.Tensor | None = None)
     return test_acc.gather(0, choice.unsqueeze(0)).squeeze(0)
 
 
-def tail_means(values: torch.Tensor, fractions: Sequence[float] = TAIL_FRACTIONS, higher_is_better: bool = True) -> dict[str, torch.Tensor]:
+def tail_means(
+    values: torch.Tensor, fractions: Sequence[float] = TAIL_FRACTIONS, higher_is_better: bool = True
+) -> dict[str, torch.Tensor]:
     """``{"mean": …, "worst20": …, …}``: mean over all, and over the worst ⌈q·n⌉ objectives."""
     values = values.reshape(-1)
     n = values.numel()
@@ -122,6 +124,12 @@ def column_cosine(plan: torch.Tensor) -> torch.Tensor:
 
 
 __all__ = [
-    "TAIL_FRACTIONS", "select_best", "picked_accuracy", "tail_means", "hypervolume",
-    "prediction_diversity", "plan_sparsity", "column_cosine",
+    "TAIL_FRACTIONS",
+    "select_best",
+    "picked_accuracy",
+    "tail_means",
+    "hypervolume",
+    "prediction_diversity",
+    "plan_sparsity",
+    "column_cosine",
 ]

@@ -39,7 +39,21 @@ def build(name: str, num_samples: int, num_objectives: int, **options) -> Orderi
 
 
 __all__ = [
-    "Ordering", "RandomReshuffle", "FlipFlop", "RandomFlipFlop", "GraBShared", "GraBSeparate", "JoGBa",
-    "REGISTRY", "available", "options_of", "build", "greedy_signs", "make_units", "reorder",
-    "herding", "combined_discrepancy", "signed_prefix_discrepancy",
+    "Ordering",
+    "RandomReshuffle",
+    "FlipFlop",
+    "RandomFlipFlop",
+    "GraBShared",
+    "GraBSeparate",
+    "JoGBa",
+    "REGISTRY",
+    "available",
+    "options_of",
+    "build",
+    "greedy_signs",
+    "make_units",
+    "reorder",
+    "herding",
+    "combined_discrepancy",
+    "signed_prefix_discrepancy",
 ]

@@ -16,7 +16,8 @@ of M objectives: at iteration k objective m uses unit ``orders()[m, k]``.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import Sampler
@@ -138,8 +139,13 @@ class Ordering(Sampler):
 
     def state_dict(self) -> dict[str, Any]:
         """Orders, units, epoch and random state (taken at an epoch boundary)."""
-        state = {"orders": self._orders.clone(), "units": self.units.clone(), "epoch": self.epoch,
-                 "generator": self.generator.get_state(), "observed": self._observed}
+        state = {
+            "orders": self._orders.clone(),
+            "units": self.units.clone(),
+            "epoch": self.epoch,
+            "generator": self.generator.get_state(),
+            "observed": self._observed,
+        }
         for key in self._state_tensors:
             value = getattr(self, key)
             state[key] = None if value is None else value.detach().clone()
@@ -147,7 +153,9 @@ class Ordering(Sampler):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["orders"].shape != self._orders.shape:
-            raise ValueError(f"saved orders have shape {tuple(state['orders'].shape)}, this ordering {tuple(self._orders.shape)}")
+            raise ValueError(
+                f"saved orders have shape {tuple(state['orders'].shape)}, this ordering {tuple(self._orders.shape)}"
+            )
         self._orders, self.units = state["orders"].clone(), state["units"].clone()
         self.epoch, self._observed = int(state["epoch"]), int(state["observed"])
         self.generator.set_state(state["generator"])

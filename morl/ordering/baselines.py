@@ -12,8 +12,16 @@ from morl.ordering.base import Ordering
 
 
 class _Simple(Ordering):
-    def __init__(self, num_samples: int, num_objectives: int, batch_size: int = 1, seed: int = 0,
-                 shared: bool = True, init_order: str | None = None, shuffle_units: bool = True) -> None:
+    def __init__(
+        self,
+        num_samples: int,
+        num_objectives: int,
+        batch_size: int = 1,
+        seed: int = 0,
+        shared: bool = True,
+        init_order: str | None = None,
+        shuffle_units: bool = True,
+    ) -> None:
         init = init_order or ("random_shared" if shared else "random_per_objective")
         super().__init__(num_samples, num_objectives, batch_size, seed, init, shuffle_units)
         self.shared = shared

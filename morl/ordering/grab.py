@@ -17,8 +17,16 @@ class _GraB(Ordering):
     needs_gradients = True
     _state_tensors = ("v", "v_next", "s", "signs")
 
-    def __init__(self, num_samples: int, num_objectives: int, batch_size: int = 1, seed: int = 0,
-                 norm: str = "inf", init_order: str = "random_shared", shuffle_units: bool = True) -> None:
+    def __init__(
+        self,
+        num_samples: int,
+        num_objectives: int,
+        batch_size: int = 1,
+        seed: int = 0,
+        norm: str = "inf",
+        init_order: str = "random_shared",
+        shuffle_units: bool = True,
+    ) -> None:
         if norm not in NORMS:
             raise ValueError(f"norm={norm!r} is not valid; allowed: {', '.join(NORMS)}")
         super().__init__(num_samples, num_objectives, batch_size, seed, init_order, shuffle_units)

@@ -37,9 +37,17 @@ class JoGBa(Ordering):
     needs_gradients = True
     _state_tensors = ("v", "v_next", "s", "signs")
 
-    def __init__(self, num_samples: int, num_objectives: int, batch_size: int = 1, seed: int = 0,
-                 centering: str = "joint_sum", norm: str = "inf", init_order: str = "random_shared",
-                 shuffle_units: bool = True) -> None:
+    def __init__(
+        self,
+        num_samples: int,
+        num_objectives: int,
+        batch_size: int = 1,
+        seed: int = 0,
+        centering: str = "joint_sum",
+        norm: str = "inf",
+        init_order: str = "random_shared",
+        shuffle_units: bool = True,
+    ) -> None:
         if centering not in CENTERINGS:
             raise ValueError(f"centering={centering!r} is not valid; allowed: {', '.join(CENTERINGS)}")
         if norm not in NORMS:

@@ -192,7 +192,8 @@ class PerPoint:
         direction = self.agg(grads)
         if not self.keys:
             self.keys = [
-                k for k, v in buffers.items()
+                k
+                for k, v in buffers.items()
                 if v is not None and k not in self.agg._non_persistent_buffers_set and k not in self.agg._COUNTERS
             ]
         return (direction, *(buffers[k] for k in self.keys))

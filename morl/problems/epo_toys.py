@@ -83,7 +83,9 @@ def dirichlet_ones(k: int, generator: torch.Generator | None = None, dtype=torch
     return e / e.sum()
 
 
-def random_instance(k: int, d: int, kind: str = "convex", generator: torch.Generator | None = None, dtype=torch.float64):
+def random_instance(
+    k: int, d: int, kind: str = "convex", generator: torch.Generator | None = None, dtype=torch.float64
+):
     """The paper's random setup: anchors and w0 on the sphere, r uniform on {r in simplex: r_k > 1/(3K)}.
 
     Returns ``(problem, preference, w0)``. Note: for K >= 3 the EPO set is often empty here
@@ -96,7 +98,9 @@ def random_instance(k: int, d: int, kind: str = "convex", generator: torch.Gener
     return AnchorProblem(anchors, kind), r, w0
 
 
-def planted_instance(k: int, d: int, kind: str = "convex", generator: torch.Generator | None = None, dtype=torch.float64):
+def planted_instance(
+    k: int, d: int, kind: str = "convex", generator: torch.Generator | None = None, dtype=torch.float64
+):
     """An instance with a known EPO point. Returns ``(problem, preference, w0, w_star, t_star)``.
 
     w* = sum alpha_k w_k with alpha ~ Dirichlet(1_K), r_k proportional to 1/J_k(w*) with sum r = 1,

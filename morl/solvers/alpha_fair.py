@@ -58,7 +58,11 @@ def _newton_step(gram_r: torch.Tensor, w: torch.Tensor, a: float, steps: torch.T
 
 
 def alpha_fair_solve(
-    gram: torch.Tensor, a: float = 1.0, max_iter: int = 50, tol: float = 1e-8, init: torch.Tensor | None = None,
+    gram: torch.Tensor,
+    a: float = 1.0,
+    max_iter: int = 50,
+    tol: float = 1e-8,
+    init: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(w, converged, stationary)`` for ``gram`` [..., K, K] (any scale; float64): w in G's units,
     converged where max_i |w_i^(1/a) (G_r w)_i − 1| ≤ ``tol``; ``init`` is used where positive."""

@@ -42,14 +42,22 @@ def warn_if_slow(owner: str, k: int, rhs: int) -> bool:
     step = STEP_SECONDS * rhs * k**3
     if k <= EXACT_MAX_K or step * k / 2 <= 5.0:
         return False
-    warnings.warn(f"{owner} with K={k} objectives: each active-set step solves {rhs} masked K×K systems (~{step:.2f} s on "
-                  f"one CPU thread), ~1.5 steps for independent rows, up to ~K/2 when K ≫ rank: expect "
-                  f"{1.5 * step:.1f} to {step * k / 2:.0f} s per call", UserWarning, stacklevel=3)
+    warnings.warn(
+        f"{owner} with K={k} objectives: each active-set step solves {rhs} masked K×K systems (~{step:.2f} s on "
+        f"one CPU thread), ~1.5 steps for independent rows, up to ~K/2 when K ≫ rank: expect "
+        f"{1.5 * step:.1f} to {step * k / 2:.0f} s per call",
+        UserWarning,
+        stacklevel=3,
+    )
     return True
 
 
 def project_to_dual_cone(
-    gram: torch.Tensor, u: torch.Tensor, max_iter: int = 100, tol: float = 1e-10, exact_max_k: int = EXACT_MAX_K,
+    gram: torch.Tensor,
+    u: torch.Tensor,
+    max_iter: int = 100,
+    tol: float = 1e-10,
+    exact_max_k: int = EXACT_MAX_K,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(v, converged)``: v = argmin_{v ≥ u} vᵀGv (float64 [..., B, K]) for ``gram`` [..., K, K]
     and the B rows of ``u``; ``converged`` is False where the iterative solver stopped with an
@@ -102,7 +110,9 @@ def dual_cone_exact(g_hat: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     return torch.gather(z, -3, first.unsqueeze(-1).expand(*first.shape, k)).squeeze(-3)
 
 
-def dual_cone_iterative(g_hat: torch.Tensor, c: torch.Tensor, max_iter: int, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
+def dual_cone_iterative(
+    g_hat: torch.Tensor, c: torch.Tensor, max_iter: int, tol: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Active-set steps from z = c with the rows of negative multiplier (cĜ)_k freed;
     ``(z, converged)`` ([..., B, K], [..., B]); at least ``max_iter`` and 2K + 10 rounds."""
     free = (c @ g_hat) < 0

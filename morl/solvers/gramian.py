@@ -14,7 +14,9 @@ def gram_scale(gram: torch.Tensor) -> torch.Tensor:
     return torch.where(s > torch.finfo(gram.dtype).tiny ** 0.5, s, torch.ones_like(s))
 
 
-def normalized_gramian(grads: torch.Tensor, dtype: torch.dtype | None = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+def normalized_gramian(
+    grads: torch.Tensor, dtype: torch.dtype | None = torch.float64
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(G / s, s)`` for the rows of ``grads`` [..., K, D], G cast to ``dtype`` (None: the input's), s [...] from :func:`gram_scale`."""
     gram = gramian(grads) if dtype is None else gramian(grads).to(dtype)
     s = gram_scale(gram)

@@ -70,7 +70,11 @@ def kkt_violation(gram_r: torch.Tensor, lam: torch.Tensor, tol: float) -> torch.
     grad = (gram_r @ lam.unsqueeze(-1)).squeeze(-1)
     f = (lam * grad).sum(-1, keepdim=True).clamp_min(0)
     diag = torch.diagonal(gram_r, dim1=-2, dim2=-1)
-    return (f - grad) - tol * (diag * f).sqrt() - 8 * lam.shape[-1] * torch.finfo(torch.float64).eps * (diag.sqrt() + f.sqrt())
+    return (
+        (f - grad)
+        - tol * (diag * f).sqrt()
+        - 8 * lam.shape[-1] * torch.finfo(torch.float64).eps * (diag.sqrt() + f.sqrt())
+    )
 
 
 def wolfe_steps(g_hat, d, lam, tol: float, rounds: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,7 +93,9 @@ def wolfe_steps(g_hat, d, lam, tol: float, rounds: int) -> tuple[torch.Tensor, t
         ratio = torch.where(support & (y < 0), lam / (lam - y), torch.full_like(y, float("inf")))
         theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
         minor = ok & ~major & ~done
-        lam_minor, _ = _on_simplex((lam + theta * (y - lam)).scatter(-1, ratio.argmin(-1, keepdim=True), 0.0).clamp_min(0))
+        lam_minor, _ = _on_simplex(
+            (lam + theta * (y - lam)).scatter(-1, ratio.argmin(-1, keepdim=True), 0.0).clamp_min(0)
+        )
         lam = torch.where(major.unsqueeze(-1), y.clamp_min(0), torch.where(minor.unsqueeze(-1), lam_minor, lam))
         entering = torch.zeros_like(support).scatter(-1, enter, True) & adds.unsqueeze(-1)
         support = torch.where(minor.unsqueeze(-1), lam_minor > 0, support | entering)

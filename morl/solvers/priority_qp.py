@@ -22,7 +22,9 @@ def dual_terms(gram: torch.Tensor, taus: torch.Tensor) -> tuple[torch.Tensor, to
     return a, taus * torch.diagonal(a) - gram[1:, 0]
 
 
-def solve_masked(a: torch.Tensor, b: torch.Tensor, dependence_tol: float, max_iter: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def solve_masked(
+    a: torch.Tensor, b: torch.Tensor, dependence_tol: float, max_iter: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(μ, feasible, converged) for ``a`` [n, n], ``b`` [n] (float64), at most ``max_iter`` steps.
     Infeasible constraints give μ = 0 and feasible False."""
     n = b.shape[0]

@@ -17,7 +17,6 @@ import time
 
 import torch
 
-
 FULL_K = (2, 10, 50, 100)
 FULL_D = (10_000, 1_000_000)
 QUICK_K = (2, 10)
@@ -42,18 +41,28 @@ def run(args) -> int:
         from morl.runners.bench import torchjd as bench_torchjd
 
         return bench_torchjd.run(args, machine)
-    print(f"morl bench aggregators on {machine['device_name']} (torch {torch.__version__}, {torch.get_num_threads()} threads)")
+    print(
+        f"morl bench aggregators on {machine['device_name']} (torch {torch.__version__}, {torch.get_num_threads()} threads)"
+    )
 
-    aggregator_rows = time_aggregators(device, QUICK_K if quick else FULL_K, QUICK_D if quick else FULL_D, repeats=2 if quick else 10)
+    aggregator_rows = time_aggregators(
+        device, QUICK_K if quick else FULL_K, QUICK_D if quick else FULL_D, repeats=2 if quick else 10
+    )
     print(format_aggregator_table(aggregator_rows))
     print()
     # --quick keeps the actor but shrinks the batch (1280 -> 160) so the smoke run stays short.
-    mlp = time_actor_gradients(device, repeats=2 if quick else 20, aggregators=("epo_al",) if quick else None, batch=160 if quick else 1280)
+    mlp = time_actor_gradients(
+        device, repeats=2 if quick else 20, aggregators=("epo_al",) if quick else None, batch=160 if quick else 1280
+    )
     print(format_actor_table(mlp))
     if out:
         from morl.runners.checkpoint import atomic_write_text
 
-        atomic_write_text(out, json.dumps({"machine": machine, "quick": quick, "aggregators": aggregator_rows, "actor": mlp}, indent=2) + "\n")
+        atomic_write_text(
+            out,
+            json.dumps({"machine": machine, "quick": quick, "aggregators": aggregator_rows, "actor": mlp}, indent=2)
+            + "\n",
+        )
         print(f"wrote {out}")
     return 0
 
@@ -92,8 +101,15 @@ def _timed_against(fn, base, device: torch.device, repeats: int, warmup: int = 2
 
     Interleaving keeps the ratio honest on a shared machine whose speed drifts during a run.
     """
-    pairs = [(_timed(fn, device, 1, warmup if i == 0 else 0), _timed(base, device, 1, warmup if i == 0 else 0)) for i in range(repeats)]
-    return statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs), statistics.median(a / b for a, b in pairs)
+    pairs = [
+        (_timed(fn, device, 1, warmup if i == 0 else 0), _timed(base, device, 1, warmup if i == 0 else 0))
+        for i in range(repeats)
+    ]
+    return (
+        statistics.median(a for a, _ in pairs),
+        statistics.median(b for _, b in pairs),
+        statistics.median(a / b for a, b in pairs),
+    )
 
 
 def _methods() -> list[tuple[str, str, dict]]:
@@ -132,7 +148,10 @@ def format_aggregator_table(rows: list[dict]) -> str:
     cell = {(r["method"], r["D"], r["K"]): r["ms"] for r in rows}
     heads = [f"D={_si(d)} K={k}" for d, k in cols]
     width = max(11, *(len(h) for h in heads))
-    lines = ["Aggregator call, median ms per call (float32)", f"{'method':<12}" + "".join(f"{h:>{width + 2}}" for h in heads)]
+    lines = [
+        "Aggregator call, median ms per call (float32)",
+        f"{'method':<12}" + "".join(f"{h:>{width + 2}}" for h in heads),
+    ]
     for m in methods:
         lines.append(f"{m:<12}" + "".join(f"{cell[(m, d, k)]:>{width + 2}.3f}" for d, k in cols))
     return "\n".join(lines)
@@ -198,7 +217,9 @@ def time_actor_gradients(device: torch.device, repeats: int, aggregators=None, k
         def step():
             actor.zero_grad(set_to_none=True)
             if kind == "batched":
-                losses, grads = batched_task_grads(lambda p, o, e: one_task(p, o, e, p["critic"]), params, obs, eps, per_task_params={"critic": critic})
+                losses, grads = batched_task_grads(
+                    lambda p, o, e: one_task(p, o, e, p["critic"]), params, obs, eps, per_task_params={"critic": critic}
+                )
             else:
                 losses = task_losses()
                 grads = per_task_grads(losses, params.values(), batched=(kind == "jacobian"))

@@ -19,26 +19,38 @@ def add_arguments(parser) -> None:
     envs.add_argument("--steps", type=int, default=300, help="vector steps per measurement (default: 300)")
     envs.add_argument("--repeats", type=int, default=3, help="measurements (default: 3)")
     envs.add_argument("--protocol", default="mtrl", help="Meta-World protocol: mtrl or metaworld_v3")
-    envs.add_argument("--reference", action="store_true", help="also time Meta-World's own gym.make_vec (Meta-World only)")
+    envs.add_argument(
+        "--reference", action="store_true", help="also time Meta-World's own gym.make_vec (Meta-World only)"
+    )
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default: auto)")
     parser.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (smoke run)")
     parser.add_argument("--out", default=None, help="also write the results as JSON to this path")
     parser.add_argument(
-        "--against", choices=("torchjd",), default=None,
+        "--against",
+        choices=("torchjd",),
+        default=None,
         help="aggregators only: time each method next to TorchJD's on the same matrix (CPU, float32)",
     )
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: 1 with --against, else torch's)")
     parser.add_argument(
-        "--methods", default=None,
+        "--threads", type=int, default=None, help="torch intra-op threads (default: 1 with --against, else torch's)"
+    )
+    parser.add_argument(
+        "--methods",
+        default=None,
         help="with --against: comma-separated morl method names to time (default: every paired method)",
     )
-    parser.add_argument("--ks", default=None, help="with --against: comma-separated K values (default: 2,10,50,100; --quick 2,5)")
     parser.add_argument(
-        "--ds", default=None,
+        "--ks", default=None, help="with --against: comma-separated K values (default: 2,10,50,100; --quick 2,5)"
+    )
+    parser.add_argument(
+        "--ds",
+        default=None,
         help="with --against: comma-separated D values, e.g. 344008 (MT10's actor) or 1e6 (default: 1e4,1e6; --quick 1e3)",
     )
     parser.add_argument(
-        "--check-finite", choices=("raise", "skip", "off"), default=None,
+        "--check-finite",
+        choices=("raise", "skip", "off"),
+        default=None,
         help="with --against: morl's check_finite option (default raise, the library default)",
     )
 

@@ -54,7 +54,10 @@ def run(args) -> int:
         most_tau = MosT(5, gamma_scale="code", update="code", tau=0.1, warm_start=False)
         gamma = most.assign(losses)
         row = {
-            "n": n, "m": 5, "P": model.num_params, "device": str(device),
+            "n": n,
+            "m": 5,
+            "P": model.num_params,
+            "device": str(device),
             "client_ms": _best_ms(work, repeats, sync),
             "ot_ms": _best_ms(lambda: most.assign(losses), repeats, sync),
             "ot_tau_ms": _best_ms(lambda: most_tau.assign(losses), repeats, sync),
@@ -62,9 +65,11 @@ def run(args) -> int:
         }
         row["overhead_pct"] = 100 * (row["ot_ms"] + row["aggregate_ms"]) / row["client_ms"]
         rows.append(row)
-        print(f"n={n:4d} m=5 P={row['P']}  clients {row['client_ms']:8.1f} ms  OT {row['ot_ms']:7.1f} ms  "
-              f"OT(τ=0.1) {row['ot_tau_ms']:7.1f} ms  aggregate {row['aggregate_ms']:7.1f} ms  "
-              f"overhead {row['overhead_pct']:5.1f} %")
+        print(
+            f"n={n:4d} m=5 P={row['P']}  clients {row['client_ms']:8.1f} ms  OT {row['ot_ms']:7.1f} ms  "
+            f"OT(τ=0.1) {row['ot_tau_ms']:7.1f} ms  aggregate {row['aggregate_ms']:7.1f} ms  "
+            f"overhead {row['overhead_pct']:5.1f} %"
+        )
     if getattr(args, "out", None):
         from morl.runners.checkpoint import atomic_write_text
 

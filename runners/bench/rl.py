@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import torch
 
-
 AGGREGATORS: dict[str, dict[str, Any]] = {"mean": {}, "pcgrad": {}, "cagrad": {"c": 0.9}, "moco": {}}
 TARGETS = {"cagrad_vs_mean": 0.85, "ours_vs_sb3": 1.5}
 FULL = {"fill_steps": 200, "loop_steps": 100, "updates": 100, "warmup": 5}
@@ -41,14 +40,19 @@ def run(args) -> int:
     out = getattr(args, "out", None)
     sizes = QUICK if quick else FULL
     machine = _machine(device)
-    print(f"morl bench rl on {machine['device_name']} (torch {torch.__version__}, {torch.get_num_threads()} threads)"
-          f"{' --quick' if quick else ''}", flush=True)
+    print(
+        f"morl bench rl on {machine['device_name']} (torch {torch.__version__}, {torch.get_num_threads()} threads)"
+        f"{' --quick' if quick else ''}",
+        flush=True,
+    )
     result = measure("mt10", device=device, **sizes)
     print(format_report(result))
     if out:
         from morl.runners.checkpoint import atomic_write_text
 
-        atomic_write_text(out, json.dumps({"machine": machine, "quick": quick, "settings": sizes, **result}, indent=2) + "\n")
+        atomic_write_text(
+            out, json.dumps({"machine": machine, "quick": quick, "settings": sizes, **result}, indent=2) + "\n"
+        )
         print(f"wrote {out}")
     return 0
 
@@ -56,9 +60,19 @@ def run(args) -> int:
 def _config(env_name: str, hidden: list[int], batch: int, device: torch.device):
     from morl.runners.rl.config import load_rl_config
 
-    return load_rl_config(None, [f"env.name={env_name}", f"agent.hidden_sizes={hidden}", f"agent.batch_size={batch}",
-                                 "agent.buffer_capacity=200000", f"run.device={device}", "run.warmup_steps=0",
-                                 "run.log_every=1000000000", "run.name=bench"])
+    return load_rl_config(
+        None,
+        [
+            f"env.name={env_name}",
+            f"agent.hidden_sizes={hidden}",
+            f"agent.batch_size={batch}",
+            "agent.buffer_capacity=200000",
+            f"run.device={device}",
+            "run.warmup_steps=0",
+            "run.log_every=1000000000",
+            "run.name=bench",
+        ],
+    )
 
 
 def _session(cfg, env, replay, aggregator: str, options: dict[str, Any]):
@@ -71,8 +85,19 @@ def _session(cfg, env, replay, aggregator: str, options: dict[str, Any]):
     torch.manual_seed(cfg.run.seed)
     agent, agg = build_agent(cfg, env, device)
     gen = torch.Generator(device=device).manual_seed(1)
-    return Session(cfg=cfg, device=device, env=env, eval_env=None, agent=agent, aggregator=agg, replay=replay,
-                   sample_gen=gen, action_rng=np.random.default_rng(2), obs=env.observations(), stats=LoopStats(env.num_tasks))
+    return Session(
+        cfg=cfg,
+        device=device,
+        env=env,
+        eval_env=None,
+        agent=agent,
+        aggregator=agg,
+        replay=replay,
+        sample_gen=gen,
+        action_rng=np.random.default_rng(2),
+        obs=env.observations(),
+        stats=LoopStats(env.num_tasks),
+    )
 
 
 def _sync(device: torch.device) -> None:
@@ -123,6 +148,7 @@ def loop_throughput(cfg, env, replay, aggregators: dict[str, dict], loop_steps: 
             s = sessions[name]
             s.obs = env.observations()  # the sessions share the env: continue from its current state
             iterate(s, *timers[name])
+
         return fn
 
     fns = {name: step(name) for name in sessions}
@@ -151,8 +177,17 @@ def sb3_model(env, hidden: list[int], batch: int, device: torch.device):
 
     from morl.agents.rl.sb3 import SB3VecEnv, folderless_logger
 
-    model = SAC("MlpPolicy", SB3VecEnv(env), batch_size=batch, buffer_size=200_000, learning_starts=0,
-                policy_kwargs={"net_arch": list(hidden)}, device=device, seed=0, verbose=0)
+    model = SAC(
+        "MlpPolicy",
+        SB3VecEnv(env),
+        batch_size=batch,
+        buffer_size=200_000,
+        learning_starts=0,
+        policy_kwargs={"net_arch": list(hidden)},
+        device=device,
+        seed=0,
+        verbose=0,
+    )
     model.set_logger(folderless_logger())
     return model
 
@@ -180,9 +215,18 @@ def update_throughput(cfg, env, replay, sb3, updates: int, warmup: int) -> dict[
     }
 
 
-def measure(env_name: str = "mt10", *, device: torch.device, hidden: list[int] | None = None, batch: int = 1280,
-            fill_steps: int, loop_steps: int, updates: int, warmup: int,
-            aggregators: dict[str, dict] | None = None) -> dict[str, Any]:
+def measure(
+    env_name: str = "mt10",
+    *,
+    device: torch.device,
+    hidden: list[int] | None = None,
+    batch: int = 1280,
+    fill_steps: int,
+    loop_steps: int,
+    updates: int,
+    warmup: int,
+    aggregators: dict[str, dict] | None = None,
+) -> dict[str, Any]:
     """Both parts of the benchmark on ``env_name`` (``mt10`` for the recorded figures)."""
     import morl.envs as envs
     from morl.agents.rl.replay import MultiTaskReplay
@@ -195,12 +239,16 @@ def measure(env_name: str = "mt10", *, device: torch.device, hidden: list[int] |
     sb3 = sb3_model(env, hidden, batch, device)
     _fill(env, replay, fill_steps, np.random.default_rng(0), sb3.replay_buffer)
 
-    print(f"part 1: training iteration on {env_name} ({env.num_envs} envs, batch {batch}, {hidden} networks)", flush=True)
+    print(
+        f"part 1: training iteration on {env_name} ({env.num_envs} envs, batch {batch}, {hidden} networks)", flush=True
+    )
     loop = loop_throughput(cfg, env, replay, aggregators or AGGREGATORS, loop_steps, warmup)
     print(f"part 2: update only, {updates} updates, batch {batch}", flush=True)
     update = update_throughput(cfg, env, replay, sb3, updates, warmup)
     return {
-        "env": env_name, "hidden_sizes": hidden, "batch_size": batch,
+        "env": env_name,
+        "hidden_sizes": hidden,
+        "batch_size": batch,
         "loop": loop,
         "update": update,
         "targets": TARGETS,
@@ -212,16 +260,22 @@ def format_report(result: dict[str, Any]) -> str:
     for name, row in result["loop"].items():
         agg = "-" if row["aggregation_ms"] is None else f"{row['aggregation_ms']:.2f}"
         ratio = "-" if row["ratio_to_mean"] is None else f"{row['ratio_to_mean']:.2f}"
-        lines.append(f"{name:<10} {row['transitions_per_s']:14.1f} {ratio:>7} {row['ms_per_iteration']:8.1f} "
-                     f"{row['env_ms_per_iteration']:7.1f} {agg:>7}")
+        lines.append(
+            f"{name:<10} {row['transitions_per_s']:14.1f} {ratio:>7} {row['ms_per_iteration']:8.1f} "
+            f"{row['env_ms_per_iteration']:7.1f} {agg:>7}"
+        )
     u = result["update"]
     lines.append("")
-    lines.append(f"update only: ours (MT-SAC, mean) {u['ours_updates_per_s']:.2f} updates/s, "
-                 f"stable-baselines3 SAC {u['sb3_updates_per_s']:.2f} updates/s -> {u['ours_vs_sb3']:.2f}x")
+    lines.append(
+        f"update only: ours (MT-SAC, mean) {u['ours_updates_per_s']:.2f} updates/s, "
+        f"stable-baselines3 SAC {u['sb3_updates_per_s']:.2f} updates/s -> {u['ours_vs_sb3']:.2f}x"
+    )
     cagrad = result["loop"].get("cagrad", {}).get("ratio_to_mean")
     if cagrad is not None:
-        lines.append(f"targets: CAGrad >= {TARGETS['cagrad_vs_mean']}x mean: {cagrad:.2f}x "
-                     f"({'met' if cagrad >= TARGETS['cagrad_vs_mean'] else 'NOT met'}); "
-                     f"ours >= {TARGETS['ours_vs_sb3']}x SB3: {u['ours_vs_sb3']:.2f}x "
-                     f"({'met' if u['ours_vs_sb3'] >= TARGETS['ours_vs_sb3'] else 'NOT met'})")
+        lines.append(
+            f"targets: CAGrad >= {TARGETS['cagrad_vs_mean']}x mean: {cagrad:.2f}x "
+            f"({'met' if cagrad >= TARGETS['cagrad_vs_mean'] else 'NOT met'}); "
+            f"ours >= {TARGETS['ours_vs_sb3']}x SB3: {u['ours_vs_sb3']:.2f}x "
+            f"({'met' if u['ours_vs_sb3'] >= TARGETS['ours_vs_sb3'] else 'NOT met'})"
+        )
     return "\n".join(lines)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -40,25 +40,44 @@ def _pairs() -> dict[str, Pair]:
 
     return {
         "mgda": Pair(lambda k: tj.MGDA(), {}, "TorchJD: Frank-Wolfe to eps=1e-3 (<=100 its); morl: exact"),
-        "cagrad": Pair(lambda k: tj.CAGrad(c=0.5), {"c": 0.5, "rescale": 0}, "c=0.5; TorchJD does not rescale: rescale=0"),
+        "cagrad": Pair(
+            lambda k: tj.CAGrad(c=0.5), {"c": 0.5, "rescale": 0}, "c=0.5; TorchJD does not rescale: rescale=0"
+        ),
         "pcgrad": Pair(lambda k: tj.PCGrad(), {"reduction": "sum"}, "TorchJD sums: reduction='sum'"),
         "upgrad": Pair(lambda k: tj.UPGrad(), {}, "defaults (mean preference)"),
         "dualproj": Pair(lambda k: tj.DualProj(), {}, "defaults (mean preference)"),
         "imtlg": Pair(lambda k: tj.IMTLG(), {}, "defaults"),
         "alignedmtl": Pair(lambda k: tj.AlignedMTL(), {"scale_mode": "min"}, "scale_mode='min'"),
         "config": Pair(lambda k: tj.ConFIG(), {}, "defaults"),
-        "nashmtl": Pair(lambda k: tj.NashMTL(n_tasks=k), {"max_norm": 1.0, "update_weights_every": 1}, "max_norm=1, solve every call"),
-        "fairgrad": Pair(
-            lambda k: tj.FairGrad(alpha=1.0), {"alpha": 1.0, "max_norm": 0.0}, "alpha=1, no clip; morl keeps the authors' factor K (d = K x TorchJD's)",
+        "nashmtl": Pair(
+            lambda k: tj.NashMTL(n_tasks=k),
+            {"max_norm": 1.0, "update_weights_every": 1},
+            "max_norm=1, solve every call",
         ),
-        "gradvac": Pair(lambda k: tj.GradVac(beta=0.5), {"beta": 0.5, "reduction": "sum"}, "beta=0.5; TorchJD sums: reduction='sum'"),
+        "fairgrad": Pair(
+            lambda k: tj.FairGrad(alpha=1.0),
+            {"alpha": 1.0, "max_norm": 0.0},
+            "alpha=1, no clip; morl keeps the authors' factor K (d = K x TorchJD's)",
+        ),
+        "gradvac": Pair(
+            lambda k: tj.GradVac(beta=0.5), {"beta": 0.5, "reduction": "sum"}, "beta=0.5; TorchJD sums: reduction='sum'"
+        ),
         "crmogm": Pair(
             lambda k: tj.GramianWeightedAggregator(tj.CRMOGMWeighting(tj.MGDAWeighting(), alpha=0.9)),
-            {"base": "mgda", "alpha": 0.9}, "MGDA weights smoothed with alpha=0.9 (TorchJD: CRMOGMWeighting(MGDAWeighting()))",
+            {"base": "mgda", "alpha": 0.9},
+            "MGDA weights smoothed with alpha=0.9 (TorchJD: CRMOGMWeighting(MGDAWeighting()))",
         ),
-        "krum": Pair(lambda k: tj.Krum(n_byzantine=1, n_selected=1), {"n_byzantine": 1, "m": 1}, "n_byzantine=1, one selected (K >= 5)"),
-        "excessmtl": Pair(lambda k: tj.ExcessMTL(), {}, "defaults (first call: weights from the unscaled excess risks)"),
-        "pcd": Pair(lambda k: tj.PCD(), {}, "defaults (tau=0.02, beta=0.999, eps=1e-8; row 0 is the primary objective)"),
+        "krum": Pair(
+            lambda k: tj.Krum(n_byzantine=1, n_selected=1),
+            {"n_byzantine": 1, "m": 1},
+            "n_byzantine=1, one selected (K >= 5)",
+        ),
+        "excessmtl": Pair(
+            lambda k: tj.ExcessMTL(), {}, "defaults (first call: weights from the unscaled excess risks)"
+        ),
+        "pcd": Pair(
+            lambda k: tj.PCD(), {}, "defaults (tau=0.02, beta=0.999, eps=1e-8; row 0 is the primary objective)"
+        ),
     }
 
 
@@ -121,7 +140,13 @@ def _cell(name, pair, options, grads, repeats, budget_ms, check_finite: str) -> 
     a, b = _interleaved(lambda: ours(grads), lambda: theirs(grads), repeats, budget_ms, per_pair)
     ratio = statistics.median(a) / statistics.median(b)
     verdict = "target" if ratio <= TARGET else ("ok" if ratio <= BOUND else "MISS")
-    return row | {"ms": statistics.median(a), "torchjd_ms": statistics.median(b), "ratio": ratio, "verdict": verdict, "pairs": len(a)}
+    return row | {
+        "ms": statistics.median(a),
+        "torchjd_ms": statistics.median(b),
+        "ratio": ratio,
+        "verdict": verdict,
+        "pairs": len(a),
+    }
 
 
 def conflicting_matrix(k: int, d: int, generator: torch.Generator) -> torch.Tensor:
@@ -134,7 +159,9 @@ def conflicting_matrix(k: int, d: int, generator: torch.Generator) -> torch.Tens
     return 0.7 * d**-0.25 * shared + torch.randn(k, d, generator=generator)
 
 
-def time_against_torchjd(ks, ds, repeats: int, budget_ms: float = 6000.0, methods=None, check_finite: str = "raise") -> list[dict]:
+def time_against_torchjd(
+    ks, ds, repeats: int, budget_ms: float = 6000.0, methods=None, check_finite: str = "raise"
+) -> list[dict]:
     """Every paired method at every (K, D), float32, on the CPU. ``check_finite`` is ours
     (TorchJD checks nothing): "raise", the default, costs two host reads per call."""
     gen = torch.Generator().manual_seed(0)
@@ -144,8 +171,11 @@ def time_against_torchjd(ks, ds, repeats: int, budget_ms: float = 6000.0, method
         for k in ks:
             grads = conflicting_matrix(k, d, gen)
             passes = floor_passes(grads)
-            print(f"-- K={k} D={d:.0e}: J @ J.T {passes['gemm_ms']:.3f} ms, w @ J {passes['wj_ms']:.3f} ms "
-                  "(the two passes over [K, D] of every Gramian method, in both libraries)", flush=True)
+            print(
+                f"-- K={k} D={d:.0e}: J @ J.T {passes['gemm_ms']:.3f} ms, w @ J {passes['wj_ms']:.3f} ms "
+                "(the two passes over [K, D] of every Gramian method, in both libraries)",
+                flush=True,
+            )
             for name, pair, options in chosen:
                 rows.append(_with_floor(_cell(name, pair, options, grads, repeats, budget_ms, check_finite) | passes))
                 print(_format_row(rows[-1]), flush=True)
@@ -268,7 +298,11 @@ def run(args, machine: dict) -> int:
     import os
 
     quick = bool(getattr(args, "quick", False))
-    machine = machine | {"cpu_model": _cpu_model(), "cpus": os.cpu_count(), "torchjd": importlib.metadata.version("torchjd")}
+    machine = machine | {
+        "cpu_model": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "torchjd": importlib.metadata.version("torchjd"),
+    }
     load = os.getloadavg() if hasattr(os, "getloadavg") else ()
     print(
         f"ours vs TorchJD {machine['torchjd']}, float32, CPU ({machine['cpu_model'] or 'unknown'}, {machine['cpus']} cores), "
@@ -289,6 +323,8 @@ def run(args, machine: dict) -> int:
 
         from morl.runners.checkpoint import atomic_write_text
 
-        atomic_write_text(out, json.dumps({"machine": machine, "quick": quick, "against": "torchjd", "rows": rows}, indent=2) + "\n")
+        atomic_write_text(
+            out, json.dumps({"machine": machine, "quick": quick, "against": "torchjd", "rows": rows}, indent=2) + "\n"
+        )
         print(f"wrote {out}")
     return 0

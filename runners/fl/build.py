@@ -27,11 +27,25 @@ def build_strategy(cfg: FLConfig, num_clients: int):
     if s.name in ("krum", "trimmed_mean"):
         return S.Robust(s.name, s.n_byzantine, num_clients)
     mc = s.most
-    curriculum = CurriculumSchedule(mc.curriculum_direction, decay=mc.curriculum_decay, topk_ratio=mc.topk_ratio) if mc.curriculum else None
-    most = MosT(s.num_models, tau=mc.tau, solver=mc.solver, gamma_scale=mc.gamma_scale, update=mc.update, curriculum=curriculum)
-    return S.MosTStrategy(most, warmup_rounds=mc.warmup_rounds, combine=mc.combine, sample_fraction=mc.sample_fraction,
-                          gamma_momentum=mc.gamma_momentum, gamma_average=mc.gamma_average,
-                          gamma_average_start=mc.gamma_average_start, ot_resolve=mc.ot_resolve, seed=cfg.train.seed)
+    curriculum = (
+        CurriculumSchedule(mc.curriculum_direction, decay=mc.curriculum_decay, topk_ratio=mc.topk_ratio)
+        if mc.curriculum
+        else None
+    )
+    most = MosT(
+        s.num_models, tau=mc.tau, solver=mc.solver, gamma_scale=mc.gamma_scale, update=mc.update, curriculum=curriculum
+    )
+    return S.MosTStrategy(
+        most,
+        warmup_rounds=mc.warmup_rounds,
+        combine=mc.combine,
+        sample_fraction=mc.sample_fraction,
+        gamma_momentum=mc.gamma_momentum,
+        gamma_average=mc.gamma_average,
+        gamma_average_start=mc.gamma_average_start,
+        ot_resolve=mc.ot_resolve,
+        seed=cfg.train.seed,
+    )
 
 
 def build_data(cfg: FLConfig):
@@ -40,7 +54,9 @@ def build_data(cfg: FLConfig):
     d = cfg.data
     try:
         if d.kind == "synthetic":
-            return fl_data.synthetic(d.rho1, d.rho2, d.num_clients, samples_per_client=d.samples_per_client, iid=d.iid, seed=d.seed)
+            return fl_data.synthetic(
+                d.rho1, d.rho2, d.num_clients, samples_per_client=d.samples_per_client, iid=d.iid, seed=d.seed
+            )
         return fl_data.digits(d.num_clients, d.dirichlet_alpha, seed=d.seed)
     except ValueError as exc:
         raise UserError(f"data: {exc}") from None

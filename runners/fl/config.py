@@ -98,12 +98,24 @@ def validate(cfg: FLConfig) -> None:
     from morl.runners.device import resolve_device
     from morl.runners.fl.build import build_strategy
 
-    require(cfg, {
-        "train.rounds": ">=1", "train.lr": ">0", "train.lr_decay": "(0,1]", "train.local_steps": ">=1",
-        "train.batch_size": ">=1", "train.eval_every": ">=1", "train.checkpoint_every": ">=1",
-        "train.checkpoint_minutes": ">0?", "strategy.num_models": ">=1", "strategy.prox_mu": ">=0",
-        "data.num_clients": ">=1", "engine.num_cpus": ">=1?", "engine.cpus_per_client": ">0",
-    })
+    require(
+        cfg,
+        {
+            "train.rounds": ">=1",
+            "train.lr": ">0",
+            "train.lr_decay": "(0,1]",
+            "train.local_steps": ">=1",
+            "train.batch_size": ">=1",
+            "train.eval_every": ">=1",
+            "train.checkpoint_every": ">=1",
+            "train.checkpoint_minutes": ">0?",
+            "strategy.num_models": ">=1",
+            "strategy.prox_mu": ">=0",
+            "data.num_clients": ">=1",
+            "engine.num_cpus": ">=1?",
+            "engine.cpus_per_client": ">0",
+        },
+    )
     s, d = cfg.strategy, cfg.data
     resolve_device(cfg.device)
     try:  # the strategy's own checks (MosT's options), so they are written once

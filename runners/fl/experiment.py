@@ -33,8 +33,15 @@ class FLExperiment(Experiment):
     kind = "fl"
     command = "fl"
     unit = "round"
-    resume_keys = ("train.rounds", "train.eval_every", "train.checkpoint_every", "train.checkpoint_minutes",
-                   "engine.num_cpus", "engine.cpus_per_client", "device")
+    resume_keys = (
+        "train.rounds",
+        "train.eval_every",
+        "train.checkpoint_every",
+        "train.checkpoint_minutes",
+        "engine.num_cpus",
+        "engine.cpus_per_client",
+        "device",
+    )
     device_key = "device"
     config_class = FLConfig
     checkpoint_format = CHECKPOINT_FORMAT
@@ -65,7 +72,9 @@ class FLExperiment(Experiment):
         from morl.runners.fl.flower_rounds import FlowerRounds
 
         e = self.cfg.engine
-        return FlowerRounds(self.fed, self.local, self.cfg.train.seed, self.cfg.train.rounds, e.num_cpus, e.cpus_per_client)
+        return FlowerRounds(
+            self.fed, self.local, self.cfg.train.seed, self.cfg.train.rounds, e.num_cpus, e.cpus_per_client
+        )
 
     @classmethod
     def validate(cls, cfg: FLConfig) -> None:
@@ -133,23 +142,40 @@ class FLExperiment(Experiment):
         from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
 
         checkpoint = Path(self.run_dir or ".") / CHECKPOINT_DIR / LAST_CHECKPOINT
-        where = ("no checkpoint was written before it" if self.saved is None
-                 else f"last good checkpoint {checkpoint} (round {self.saved})")
-        return Diverged(f"training diverged at {at}/{self.cfg.train.rounds}: {what}; {where}; {self.divergence_advice()}")
+        where = (
+            "no checkpoint was written before it"
+            if self.saved is None
+            else f"last good checkpoint {checkpoint} (round {self.saved})"
+        )
+        return Diverged(
+            f"training diverged at {at}/{self.cfg.train.rounds}: {what}; {where}; {self.divergence_advice()}"
+        )
 
     def final_metrics(self) -> dict[str, Any]:
         """The last evaluation, the one with the best mean validation accuracy, timers and rounds."""
         best = max(self.history, key=lambda h: h["val_mean"])
         last = self.history[-1]
-        return {"final": last, "best_val": best, "seconds": dict(self.fed.seconds), "rounds": self.fed.round,
-                "headline": last["test_mean"]}
+        return {
+            "final": last,
+            "best_val": best,
+            "seconds": dict(self.fed.seconds),
+            "rounds": self.fed.round,
+            "headline": last["test_mean"],
+        }
 
     # ----- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         self.saved = self.fed.round  # the shell calls this to write the checkpoint
-        return {"format": CHECKPOINT_FORMAT, "config": self.config_dict(), "round": self.fed.round,
-                "federation": self.fed.state_dict(), "history": list(self.history), "seconds": dict(self.fed.seconds),
-                "logged_seconds": dict(self._logged), "rng": _rng_state()}
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "config": self.config_dict(),
+            "round": self.fed.round,
+            "federation": self.fed.state_dict(),
+            "history": list(self.history),
+            "seconds": dict(self.fed.seconds),
+            "logged_seconds": dict(self._logged),
+            "rng": _rng_state(),
+        }
 
     def load_state_dict(self, state: dict[str, Any], *, for_evaluation: bool = False) -> None:
         self.fed.load_state_dict(state["federation"])

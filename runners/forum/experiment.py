@@ -42,13 +42,28 @@ class ForumExperiment(Experiment):
     def validate(cls, cfg: ForumRunConfig) -> None:
         from morl.runners.config import require
 
-        require(cfg, {
-            "iterations": ">=1", "eval_every": ">=1", "checkpoint_every": ">=1", "checkpoint_minutes": ">0?",
-            "forum.inner_steps": ">=1", "forum.inner_lr": ">0", "forum.rho": ">=0", "forum.beta_power": ">=0",
-            "hypercleaning.alpha_lr": ">0", "hypercleaning.omega_lr": ">0", "hypercleaning.noise": "[0,1)",
-            "hypercleaning.batch_size": ">=1?", "hypercleaning.hidden": ">=1",
-            "mtl.alpha_lr": ">0", "mtl.lr": ">0", "mtl.batch_size": ">0", "mtl.hidden": ">=1",
-        })
+        require(
+            cfg,
+            {
+                "iterations": ">=1",
+                "eval_every": ">=1",
+                "checkpoint_every": ">=1",
+                "checkpoint_minutes": ">0?",
+                "forum.inner_steps": ">=1",
+                "forum.inner_lr": ">0",
+                "forum.rho": ">=0",
+                "forum.beta_power": ">=0",
+                "hypercleaning.alpha_lr": ">0",
+                "hypercleaning.omega_lr": ">0",
+                "hypercleaning.noise": "[0,1)",
+                "hypercleaning.batch_size": ">=1?",
+                "hypercleaning.hidden": ">=1",
+                "mtl.alpha_lr": ">0",
+                "mtl.lr": ">0",
+                "mtl.batch_size": ">0",
+                "mtl.hidden": ">=1",
+            },
+        )
         if not 1 <= cfg.hypercleaning.datasets <= 4:
             raise UserError(f"hypercleaning.datasets must be between 1 and 4, got {cfg.hypercleaning.datasets}")
 
@@ -80,8 +95,12 @@ class ForumExperiment(Experiment):
 
     def layout_tags(self) -> dict[str, Any]:
         # FORUM's aggregation weights are λ̃ (Algorithm 1's momentum of the QP's λ)
-        return {"weight_tag": "forum/lambda_tilde", "conflict_tags": (), "speed_tags": ("perf/seconds_per_iteration",),
-                **self.problem.layout_tags}
+        return {
+            "weight_tag": "forum/lambda_tilde",
+            "conflict_tags": (),
+            "speed_tags": ("perf/seconds_per_iteration",),
+            **self.problem.layout_tags,
+        }
 
     @property
     def schedule(self) -> Schedule:
@@ -107,10 +126,15 @@ class ForumExperiment(Experiment):
         from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
 
         checkpoint = Path(self.run_dir or ".") / CHECKPOINT_DIR / LAST_CHECKPOINT
-        where = ("no checkpoint was written before it" if self.saved is None
-                 else f"last good checkpoint {checkpoint} (iteration {self.saved})")
-        return Diverged(f"training diverged at iteration {self.iteration + 1}/{self.cfg.iterations}: {what}; {where}; "
-                        f"{self.divergence_advice()}")
+        where = (
+            "no checkpoint was written before it"
+            if self.saved is None
+            else f"last good checkpoint {checkpoint} (iteration {self.saved})"
+        )
+        return Diverged(
+            f"training diverged at iteration {self.iteration + 1}/{self.cfg.iterations}: {what}; {where}; "
+            f"{self.divergence_advice()}"
+        )
 
     def log_metrics(self) -> dict[str, Any]:
         """The FORUM diagnostics of the last iteration (Algorithm 1's q̃, ν, λ̃, barrier, KKT)."""
@@ -120,7 +144,10 @@ class ForumExperiment(Experiment):
             "forum/upper_loss": {**_per_name(diag["upper"], names), "mean": diag["upper"].double().mean()},
             "forum/lambda_tilde": _per_name(diag["lam_tilde"], names),
             "forum/lambda": _per_name(diag["lam"], names),
-            **{f"forum/{key}": diag[key] for key in ("lower", "q_tilde", "constraint_grad_norm", "nu", "barrier", "kkt", "beta")},
+            **{
+                f"forum/{key}": diag[key]
+                for key in ("lower", "q_tilde", "constraint_grad_norm", "nu", "barrier", "kkt", "beta")
+            },
             **self.problem.diagnostics(diag),
             "perf/seconds_per_iteration": (now - self.clock[0]) / max(self.iteration - self.clock[1], 1),
         }
@@ -132,8 +159,11 @@ class ForumExperiment(Experiment):
 
     def summary(self, metrics: dict[str, Any]) -> str:
         if "forum" in metrics:  # final_metrics.json
-            return "; ".join(f"{method}: " + ", ".join(f"{k}={v:.2f}" for k, v in values.items() if isinstance(v, float))
-                             for method, values in metrics.items() if isinstance(values, dict))
+            return "; ".join(
+                f"{method}: " + ", ".join(f"{k}={v:.2f}" for k, v in values.items() if isinstance(v, float))
+                for method, values in metrics.items()
+                if isinstance(values, dict)
+            )
         if "headline" not in metrics or self.diag is None:
             return ""
         return self.problem.summary(metrics, self.diag)
@@ -155,8 +185,13 @@ class ForumExperiment(Experiment):
         rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        return {"format": CHECKPOINT_FORMAT, "config": to_dict(self.cfg), "iteration": self.iteration,
-                "problem": self.problem.state_dict(), "rng": rng}
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "config": to_dict(self.cfg),
+            "iteration": self.iteration,
+            "problem": self.problem.state_dict(),
+            "rng": rng,
+        }
 
     def load_state_dict(self, state: dict[str, Any], *, for_evaluation: bool = False) -> None:
         self.problem.load_state_dict(state["problem"])

@@ -62,9 +62,14 @@ class HyperCleaningProblem:
             self.best_val2 = score
             self.best_test = {k: v.clone() for k, v in test.items()}
         weights = self.cleaner.weight_stats()
-        return {"val2/accuracy": self._per_dataset(val2["accuracy"]), "test/accuracy": self._per_dataset(test["accuracy"]),
-                "test/f1": self._per_dataset(test["f1"]), "weights/weight_clean": weights["weight_clean"],
-                "weights/weight_corrupted": weights["weight_corrupted"], "headline": float(test["accuracy"].mean())}
+        return {
+            "val2/accuracy": self._per_dataset(val2["accuracy"]),
+            "test/accuracy": self._per_dataset(test["accuracy"]),
+            "test/f1": self._per_dataset(test["f1"]),
+            "weights/weight_clean": weights["weight_clean"],
+            "weights/weight_corrupted": weights["weight_corrupted"],
+            "headline": float(test["accuracy"].mean()),
+        }
 
     def _per_dataset(self, values: torch.Tensor) -> dict[str, float]:
         values = values.double().cpu()
@@ -89,8 +94,12 @@ class HyperCleaningProblem:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        return {"cleaner": self.cleaner.state_dict(), "generator": self.cleaner.gen.get_state(),
-                "best_val2": self.best_val2, "best_test": self.best_test}
+        return {
+            "cleaner": self.cleaner.state_dict(),
+            "generator": self.cleaner.gen.get_state(),
+            "best_val2": self.best_val2,
+            "best_test": self.best_test,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.cleaner.load_state_dict(state["cleaner"])

@@ -98,7 +98,10 @@ class LossWeightProblem:
         base = _percent(self._test(adapter))
         directions = {k: v for k, v in adapter.metric_directions().items() if not k.endswith("/loss")}
         # Δm% of FORUM against equal weights over the test metrics (negative = FORUM better).
-        return {"equal_weights": base, "comparison": {"delta_m_forum_vs_equal": float(delta_m(self.final_metrics(), base, directions))}}
+        return {
+            "equal_weights": base,
+            "comparison": {"delta_m_forum_vs_equal": float(delta_m(self.final_metrics(), base, directions))},
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {"learner": self.learner.state_dict(), "generator": self.gen.get_state()}

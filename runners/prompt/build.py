@@ -34,9 +34,11 @@ def load_encoder(cfg: PromptConfig):
     if cfg.encoder_layers is not None:
         layers = getattr(getattr(encoder, "encoder", None), "layer", None)
         if layers is None or not 1 <= cfg.encoder_layers <= len(layers):
-            raise UserError(f"encoder_layers must be in 1..{len(layers) if layers is not None else '?'} for this encoder "
-                            f"(BERT-style encoders only), got {cfg.encoder_layers}")
-        del layers[cfg.encoder_layers:]
+            raise UserError(
+                f"encoder_layers must be in 1..{len(layers) if layers is not None else '?'} for this encoder "
+                f"(BERT-style encoders only), got {cfg.encoder_layers}"
+            )
+        del layers[cfg.encoder_layers :]
     return encoder, tokenizer
 
 
@@ -66,11 +68,22 @@ def build_trainer(cfg: PromptConfig, num_classes: int, encoder, device):
     opt = torch.optim.Adam(mixture.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     most = None
     if cfg.method == "most":
-        curriculum = None if cfg.most.curriculum == "none" else CurriculumSchedule(cfg.most.curriculum, decay=cfg.most.curriculum_decay)
+        curriculum = (
+            None
+            if cfg.most.curriculum == "none"
+            else CurriculumSchedule(cfg.most.curriculum, decay=cfg.most.curriculum_decay)
+        )
         try:
             # Each step sees different instances, so the previous plan is no warm start.
-            most = MosT(cfg.prompts.num, tau=cfg.most.tau, solver=cfg.most.solver, gamma_scale=cfg.most.gamma_scale,
-                        update=cfg.most.update, curriculum=curriculum, warm_start=False)
+            most = MosT(
+                cfg.prompts.num,
+                tau=cfg.most.tau,
+                solver=cfg.most.solver,
+                gamma_scale=cfg.most.gamma_scale,
+                update=cfg.most.update,
+                curriculum=curriculum,
+                warm_start=False,
+            )
         except ValueError as exc:
             raise UserError(f"most: {exc}") from None
     return mixture, MixtureTrainer(mixture, cfg.method, opt, most, cfg.inner_steps, gen)

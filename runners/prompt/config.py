@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from morl.runners.errors import UserError
-
 
 @dataclass
 class TextDataConfig:
@@ -68,7 +66,9 @@ class PromptConfig:
     log_every: int = 1  # steps between train records (loss and Γ share per prompt, averaged over the steps)
     eval_every: int = 25  # steps
     checkpoint_every: int = 50  # steps (the last step is always checkpointed)
-    checkpoint_minutes: float | None = None  # also checkpoint after this much wall-clock time (null: by step count only)
+    checkpoint_minutes: float | None = (
+        None  # also checkpoint after this much wall-clock time (null: by step count only)
+    )
     out_dir: str = "runs"
 
 
@@ -77,10 +77,23 @@ def validate(cfg: PromptConfig) -> None:
     from morl.runners.config import require
     from morl.runners.device import resolve_device
 
-    require(cfg, {
-        "threads": ">=0", "steps": ">=1", "batch_size": ">=1", "inner_steps": ">=1", "log_every": ">=1",
-        "eval_every": ">=1", "checkpoint_every": ">=1", "max_length": ">=1", "checkpoint_minutes": ">0?",
-        "prompts.num": ">=1", "prompts.length": ">=1", "optim.lr": ">0", "most.tau": ">=0",
-        "most.curriculum_decay": "(0,1]",
-    })
+    require(
+        cfg,
+        {
+            "threads": ">=0",
+            "steps": ">=1",
+            "batch_size": ">=1",
+            "inner_steps": ">=1",
+            "log_every": ">=1",
+            "eval_every": ">=1",
+            "checkpoint_every": ">=1",
+            "max_length": ">=1",
+            "checkpoint_minutes": ">0?",
+            "prompts.num": ">=1",
+            "prompts.length": ">=1",
+            "optim.lr": ">0",
+            "most.tau": ">=0",
+            "most.curriculum_decay": "(0,1]",
+        },
+    )
     resolve_device(cfg.device)

@@ -59,8 +59,11 @@ class PromptExperiment(Experiment):
         if not for_evaluation:  # last, so that building draws exactly as before; nothing of the run uses them
             random.seed(cfg.seed)
             np.random.seed(cfg.seed % 2**32)
-        print(f"morl prompt: method={cfg.method}, encoder={cfg.encoder}, m={cfg.prompts.num} prompts x {cfg.prompts.length} "
-              f"tokens, n={cfg.batch_size} instances/step, {cfg.steps} steps", flush=True)
+        print(
+            f"morl prompt: method={cfg.method}, encoder={cfg.encoder}, m={cfg.prompts.num} prompts x {cfg.prompts.length} "
+            f"tokens, n={cfg.batch_size} instances/step, {cfg.steps} steps",
+            flush=True,
+        )
 
     @classmethod
     def validate(cls, cfg: PromptConfig) -> None:
@@ -80,7 +83,7 @@ class PromptExperiment(Experiment):
         t0 = time.perf_counter()
         self.dispatcher = self.final = None  # a finished run trained further: fitted again at its new end
         n_train = self.labels["train"].shape[0]
-        idx = torch.randperm(n_train, generator=self.trainer.generator)[:self.cfg.batch_size].to(self.device)
+        idx = torch.randperm(n_train, generator=self.trainer.generator)[: self.cfg.batch_size].to(self.device)
         ids, mask = (t[idx] for t in self.ids["train"])
         try:
             out = self.trainer.step(ids, mask, self.labels["train"][idx])
@@ -96,8 +99,11 @@ class PromptExperiment(Experiment):
         from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
 
         checkpoint = Path(self.run_dir or ".") / CHECKPOINT_DIR / LAST_CHECKPOINT
-        where = ("no checkpoint was written before it" if self.saved is None
-                 else f"last good checkpoint {checkpoint} (step {self.saved})")
+        where = (
+            "no checkpoint was written before it"
+            if self.saved is None
+            else f"last good checkpoint {checkpoint} (step {self.saved})"
+        )
         return Diverged(f"training diverged at step {self.step_count + 1}/{self.cfg.steps}: {what}; {where}")
 
     def divergence_advice(self) -> str:
@@ -125,9 +131,15 @@ class PromptExperiment(Experiment):
 
         rng = torch.get_rng_state()
         train_losses, train_correct = evaluate(self.mixture, *self.ids["train"], self.labels["train"])
-        disp, targets, agreement = fit_dispatcher(self.cfg, self.mixture, self.encoder, self.ids["train"], train_losses, self.device)
+        disp, targets, agreement = fit_dispatcher(
+            self.cfg, self.mixture, self.encoder, self.ids["train"], train_losses, self.device
+        )
         torch.set_rng_state(rng)
-        final: dict[str, Any] = {"method": self.cfg.method, "steps": self.step_count, "train": split_metrics(train_correct)}
+        final: dict[str, Any] = {
+            "method": self.cfg.method,
+            "steps": self.step_count,
+            "train": split_metrics(train_correct),
+        }
         final["train"]["assignment_share"] = (targets.sum(0) / targets.shape[0]).tolist()
         final["train"]["dispatcher_agreement"] = agreement
         for split in ("val", "test"):
@@ -138,8 +150,9 @@ class PromptExperiment(Experiment):
         from morl.runners.prompt.routing import routed_metrics
 
         d = self.data
-        return routed_metrics(self.mixture, self.encoder, disp, self.ids[split], self.labels[split],
-                              d.domains.get(split), d.domain_names)
+        return routed_metrics(
+            self.mixture, self.encoder, disp, self.ids[split], self.labels[split], d.domains.get(split), d.domain_names
+        )
 
     def log_metrics(self) -> dict[str, Any]:
         """Training loss and Γ's share per prompt, averaged over the steps since the last record."""
@@ -160,20 +173,31 @@ class PromptExperiment(Experiment):
 
         _, correct = evaluate(self.mixture, *self.ids["val"], self.labels["val"])
         val = split_metrics(correct)
-        out = {"val/prompt_acc": dict(zip(self.names, val["prompt_acc"])), "val/best_single_acc": val["best_single_acc"],
-               "val/oracle_acc": val["oracle_acc"], "headline": val["oracle_acc"]}
+        out = {
+            "val/prompt_acc": dict(zip(self.names, val["prompt_acc"])),
+            "val/best_single_acc": val["best_single_acc"],
+            "val/oracle_acc": val["oracle_acc"],
+            "headline": val["oracle_acc"],
+        }
         if self.for_evaluation and self.dispatcher is not None:
             for split in ("val", "test"):
                 m = self._routed(self.dispatcher, split)
-                out.update({f"{split}/routed_acc": m["routed_acc"], f"{split}/route_share": dict(zip(self.names, m["route_share"]))})
+                out.update(
+                    {
+                        f"{split}/routed_acc": m["routed_acc"],
+                        f"{split}/route_share": dict(zip(self.names, m["route_share"])),
+                    }
+                )
             out["headline"] = out["test/routed_acc"]
         return out
 
     def summary(self, metrics: dict[str, Any]) -> str:
         if "test" in metrics:  # the final metrics
             t = metrics["test"]
-            return (f"test: routed acc {t['routed_acc']:.4f}  best single prompt {t['best_single_acc']:.4f}  "
-                    f"oracle {t['oracle_acc']:.4f}  route shares {' '.join(f'{s:.2f}' for s in t['route_share'])}")
+            return (
+                f"test: routed acc {t['routed_acc']:.4f}  best single prompt {t['best_single_acc']:.4f}  "
+                f"oracle {t['oracle_acc']:.4f}  route shares {' '.join(f'{s:.2f}' for s in t['route_share'])}"
+            )
         if "val/oracle_acc" not in metrics:
             return ""
         accs = " ".join(f"{a:.3f}" for a in metrics["val/prompt_acc"].values())
@@ -188,9 +212,16 @@ class PromptExperiment(Experiment):
     # ----- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         self.saved = self.step_count  # the shell calls this to write the checkpoint
-        state = {"format": CHECKPOINT_FORMAT, "config": self.config_dict(), **self.trainer.state_dict(), "step": self.step_count,
-                 "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
-                 "interval": self._interval, "seconds": self.seconds, "final": self.final}
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "config": self.config_dict(),
+            **self.trainer.state_dict(),
+            "step": self.step_count,
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
+            "interval": self._interval,
+            "seconds": self.seconds,
+            "final": self.final,
+        }
         if self.dispatcher is not None:
             state["dispatcher"] = self.dispatcher.state_dict()
         return state

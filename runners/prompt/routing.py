@@ -14,8 +14,8 @@ def evaluate(mixture, ids, mask, labels, chunk: int = 128):
     losses, correct = [], []
     with torch.no_grad():
         for s in range(0, ids.shape[0], chunk):
-            logits, _ = mixture(ids[s:s + chunk], mask[s:s + chunk])
-            y = labels[s:s + chunk]
+            logits, _ = mixture(ids[s : s + chunk], mask[s : s + chunk])
+            y = labels[s : s + chunk]
             losses.append(per_instance_losses(logits, y))
             correct.append(logits.argmax(-1) == y)
     return torch.cat(losses, 1), torch.cat(correct, 1)
@@ -24,7 +24,11 @@ def evaluate(mixture, ids, mask, labels, chunk: int = 128):
 def split_metrics(correct) -> dict:
     """Per-prompt accuracy, the best single prompt, and the oracle (best prompt per instance)."""
     acc = correct.float().mean(1)
-    return {"prompt_acc": acc.tolist(), "best_single_acc": float(acc.max()), "oracle_acc": float(correct.any(0).float().mean())}
+    return {
+        "prompt_acc": acc.tolist(),
+        "best_single_acc": float(acc.max()),
+        "oracle_acc": float(correct.any(0).float().mean()),
+    }
 
 
 def fit_dispatcher(cfg, mixture, encoder, train_ids, train_losses, device):

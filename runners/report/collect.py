@@ -221,8 +221,10 @@ def _label(flat: dict[str, Any], group: dict[str, Any] | None, group_by: list[st
     if group_by:
         missing = [k for k in group_by if k not in flat and k not in (group or {})]
         if missing:
-            raise UserError(f"--group-by {','.join(missing)}: not a key of run {name}'s config.yaml "
-                            f"(dotted keys such as aggregator.name, run.seed)")
+            raise UserError(
+                f"--group-by {','.join(missing)}: not a key of run {name}'s config.yaml "
+                f"(dotted keys such as aggregator.name, run.seed)"
+            )
         chosen = {k: flat.get(k, (group or {}).get(k)) for k in group_by}
     elif group:
         chosen = group
@@ -287,7 +289,9 @@ def _numbers(key: str, value: Any) -> dict[str, float]:
     return {}
 
 
-def collect(paths: list[str | Path], metric: str | None = None, group_by: list[str] | None = None) -> tuple[list[Run], Path | None, list[str]]:
+def collect(
+    paths: list[str | Path], metric: str | None = None, group_by: list[str] | None = None
+) -> tuple[list[Run], Path | None, list[str]]:
     """``(runs, sweep directory or None, notes)``; a UserError when no run has data."""
     sources, sweep, notes = find_sources(paths)
     runs = []
@@ -309,6 +313,11 @@ def tidy(runs: list[Run]) -> list[dict[str, Any]]:
     for run in runs:
         base = {"run": run.name, "kind": run.kind, "method": run.label, "seed": run.seed, "metric": run.metric.name}
         for step, values in zip(run.steps.tolist(), run.curve):
-            rows.extend({**base, "task": t, "step": step, "point": "eval", "value": float(v)} for t, v in zip(run.tasks, values))
-        rows.extend({**base, "task": t, "step": run.final_step, "point": "final", "value": float(v)} for t, v in zip(run.tasks, run.final))
+            rows.extend(
+                {**base, "task": t, "step": step, "point": "eval", "value": float(v)} for t, v in zip(run.tasks, values)
+            )
+        rows.extend(
+            {**base, "task": t, "step": run.final_step, "point": "final", "value": float(v)}
+            for t, v in zip(run.tasks, run.final)
+        )
     return rows

@@ -19,19 +19,34 @@ REPS_RANGE = (100, 1_000_000)
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="SWEEP_DIR | RUN_DIR",
-                        help="a sweep directory (with manifest.json) or one or more run directories")
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="SWEEP_DIR | RUN_DIR",
+        help="a sweep directory (with manifest.json) or one or more run directories",
+    )
     parser.add_argument("--out", metavar="DIR", help="output folder (default: <sweep dir>/report, or ./report)")
-    parser.add_argument("--group-by", metavar="KEY[,KEY]",
-                        help="dotted config keys whose values name a method, e.g. aggregator.name,agent.multi_head "
-                             "(default: the sweep's group, else aggregator.name)")
-    parser.add_argument("--metric", metavar="M", help="the score to compare (default per kind: rl eval/success, "
-                        "supervised test/accuracy, forum test/accuracy, fl test_mean, prompt test/routed_acc)")
+    parser.add_argument(
+        "--group-by",
+        metavar="KEY[,KEY]",
+        help="dotted config keys whose values name a method, e.g. aggregator.name,agent.multi_head "
+        "(default: the sweep's group, else aggregator.name)",
+    )
+    parser.add_argument(
+        "--metric",
+        metavar="M",
+        help="the score to compare (default per kind: rl eval/success, "
+        "supervised test/accuracy, forum test/accuracy, fl test_mean, prompt test/routed_acc)",
+    )
     parser.add_argument("--reps", type=int, default=2000, metavar="N", help="bootstrap resamples (default 2000)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the bootstrap (default 0)")
     parser.add_argument("--no-plots", action="store_true", help="tables only")
-    parser.add_argument("--baseline", metavar="GROUP", help="also give each method's Δm%% against this method "
-                        "(e.g. mean), each run against the baseline's run of the same seed")
+    parser.add_argument(
+        "--baseline",
+        metavar="GROUP",
+        help="also give each method's Δm%% against this method "
+        "(e.g. mean), each run against the baseline's run of the same seed",
+    )
 
 
 def main(args) -> int:
@@ -71,7 +86,10 @@ def main(args) -> int:
         print(delta_table(summary))
     for note in notes:
         print(f"note: {note}")
-    print(f"morl report: {out}/report.md (.csv, .json)" + (f", {len(drawn)} plot{'s' if len(drawn) > 1 else ''} in {out}/plots" if drawn else ""))
+    print(
+        f"morl report: {out}/report.md (.csv, .json)"
+        + (f", {len(drawn)} plot{'s' if len(drawn) > 1 else ''} in {out}/plots" if drawn else "")
+    )
     return 0
 
 
@@ -98,8 +116,12 @@ def run_notes(methods) -> list[str]:
 
 def _command(args) -> str:
     parts = ["morl", "report", *args.paths]
-    for flag, value in (("--out", args.out), ("--group-by", args.group_by), ("--metric", args.metric),
-                        ("--baseline", getattr(args, "baseline", None))):
+    for flag, value in (
+        ("--out", args.out),
+        ("--group-by", args.group_by),
+        ("--metric", args.metric),
+        ("--baseline", getattr(args, "baseline", None)),
+    ):
         if value:
             parts += [flag, value]
     if args.reps != 2000:
@@ -121,8 +143,11 @@ def _write(out: Path, summary, notes, records, report_md: str) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=["run", "kind", "method", "seed", "metric", "task", "step", "point", "value"],
-                            lineterminator="\n")
+    writer = csv.DictWriter(
+        buf,
+        fieldnames=["run", "kind", "method", "seed", "metric", "task", "step", "point", "value"],
+        lineterminator="\n",
+    )
     writer.writeheader()
     writer.writerows(records)
     atomic_write_text(out / "records.csv", buf.getvalue())

@@ -51,7 +51,9 @@ def per_seed(method, base) -> tuple[dict[int, float], list[str]]:
             continue
         zero = [t for t, b in zip(ref.tasks, ref.final) if b == 0]
         if zero:
-            notes.append(f"Δm%: seed {run.seed} of {method.label} left out: {base.label}'s score on {', '.join(zero)} is 0")
+            notes.append(
+                f"Δm%: seed {run.seed} of {method.label} left out: {base.label}'s score on {', '.join(zero)} is 0"
+            )
             continue
         out[run.seed] = delta_m(run.final.tolist(), ref.final.tolist(), directions(run))
     return out, notes
@@ -76,7 +78,17 @@ def summarise_delta(methods: list, baseline: str, reps: int, seed: int) -> tuple
         if not values:
             continue
         x = np.array(list(values.values()))[:, None]
-        point, lo, hi = stats.interval_estimates(x, {"mean": stats.mean}, reps, stats.rng_for(seed, m.label, "delta_m"))["mean"]
-        rows.append({"method": m.label, "runs": len(values), "seeds": list(values), "per_seed": list(values.values()),
-                     "value": point, "ci": [lo, hi]})
+        point, lo, hi = stats.interval_estimates(
+            x, {"mean": stats.mean}, reps, stats.rng_for(seed, m.label, "delta_m")
+        )["mean"]
+        rows.append(
+            {
+                "method": m.label,
+                "runs": len(values),
+                "seeds": list(values),
+                "per_seed": list(values.values()),
+                "value": point,
+                "ci": [lo, hi],
+            }
+        )
     return {"baseline": baseline, "methods": rows}, notes

@@ -21,8 +21,13 @@ from typing import Any
 import numpy as np
 
 KINDS = ("rl", "supervised", "forum", "fl", "prompt")
-DEFAULT = {"rl": "eval/success", "supervised": "test/accuracy", "forum": "test/accuracy", "fl": "test_mean",
-           "prompt": "test/routed_acc"}
+DEFAULT = {
+    "rl": "eval/success",
+    "supervised": "test/accuracy",
+    "forum": "test/accuracy",
+    "fl": "test_mean",
+    "prompt": "test/routed_acc",
+}
 ALL_TASKS = "all"  # the one column of a metric that is a single number per run
 _LOWER_IS_BETTER = ("loss", "mse", "error", "regret", "_ms", "seconds")
 # Success rates and accuracies: the best possible score is 1 (or 100 when logged in percent).
@@ -76,8 +81,11 @@ def lookup(record: dict[str, Any], name: str) -> dict[str, float] | None:
         if found:
             return _columns(found)
     if tail:
-        found = {k[len(head) + 1 : -len(tail) - 1]: v for k, v in record.items()
-                 if k.startswith(head + "/") and k.endswith("/" + tail) and k.count("/") == 2}
+        found = {
+            k[len(head) + 1 : -len(tail) - 1]: v
+            for k, v in record.items()
+            if k.startswith(head + "/") and k.endswith("/" + tail) and k.count("/") == 2
+        }
         if found:
             return _columns(found)
         if name.replace("/", "_") in record:

@@ -53,11 +53,16 @@ def learning_curves(methods: list[Method], reps: int, seed: int):
     fig, (ax,) = _figure()
     for m in with_curves:
         mean, lo, hi = stats.curve_band(m.curves, reps, stats.rng_for(seed, m.label, "curve"))
-        line, = ax.plot(m.steps, mean, marker="o" if m.steps.size == 1 else None, label=f"{m.label} ({len(m.runs)} runs)")
+        (line,) = ax.plot(
+            m.steps, mean, marker="o" if m.steps.size == 1 else None, label=f"{m.label} ({len(m.runs)} runs)"
+        )
         ax.fill_between(m.steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     metric = methods[0].metric
-    ax.set(xlabel=_unit(methods[0]), ylabel=f"{metric.name}, mean over tasks",
-           title="Learning curves (mean over runs, 95% bootstrap band)")
+    ax.set(
+        xlabel=_unit(methods[0]),
+        ylabel=f"{metric.name}, mean over tasks",
+        title="Learning curves (mean over runs, 95% bootstrap band)",
+    )
     ax.legend(fontsize="small")
     return fig
 
@@ -80,7 +85,7 @@ def per_task_curves(methods: list[Method], reps: int, seed: int):
                 ax.plot(m.steps, mean, color=f"C{i}", label=f"{m.label} ({len(m.runs)} runs)")
                 ax.fill_between(m.steps, lo, hi, color=f"C{i}", alpha=0.2, linewidth=0)
         ax.set_title(task, fontsize="small")
-    for ax in axes[len(tasks):]:
+    for ax in axes[len(tasks) :]:
         ax.set_visible(False)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right upper", fontsize="small")
@@ -90,7 +95,9 @@ def per_task_curves(methods: list[Method], reps: int, seed: int):
 
 
 def _unit(m: Method) -> str:
-    return {"rl": "step", "supervised": "epoch", "forum": "iteration", "fl": "round", "prompt": "step"}.get(m.runs[0].kind, "step")
+    return {"rl": "step", "supervised": "epoch", "forum": "iteration", "fl": "round", "prompt": "step"}.get(
+        m.runs[0].kind, "step"
+    )
 
 
 def per_task_heatmap(methods: list[Method], reps: int, seed: int):
@@ -100,8 +107,13 @@ def per_task_heatmap(methods: list[Method], reps: int, seed: int):
     grid = np.array([[m.final[:, m.tasks.index(t)].mean() if t in m.tasks else np.nan for t in tasks] for m in methods])
     fig, (ax,) = _figure(max(4.0, 0.7 * len(tasks) + 2), max(2.0, 0.45 * len(methods) + 1.5))
     metric = methods[0].metric
-    image = ax.imshow(grid, aspect="auto", cmap="viridis" if metric.higher_is_better else "viridis_r",
-                      vmin=0 if metric.best else None, vmax=metric.best)
+    image = ax.imshow(
+        grid,
+        aspect="auto",
+        cmap="viridis" if metric.higher_is_better else "viridis_r",
+        vmin=0 if metric.best else None,
+        vmax=metric.best,
+    )
     ax.set_xticks(range(len(tasks)), tasks, rotation=45, ha="right")
     ax.set_yticks(range(len(methods)), [m.label for m in methods])
     if grid.size <= 300:
@@ -125,12 +137,17 @@ def performance_profiles(methods: list[Method], reps: int, seed: int):
     fig, (ax,) = _figure()
     sign = 1.0 if metric.higher_is_better else -1.0  # lower is better: the fraction below tau
     for m in methods:
-        point, lo, hi = stats.performance_profile(sign * m.final, sign * taus, reps, stats.rng_for(seed, m.label, "profile"))
-        line, = ax.plot(taus, point, label=m.label)
+        point, lo, hi = stats.performance_profile(
+            sign * m.final, sign * taus, reps, stats.rng_for(seed, m.label, "profile")
+        )
+        (line,) = ax.plot(taus, point, label=m.label)
         ax.fill_between(taus, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-    ax.set(xlabel=f"threshold τ on final {metric.name}",
-           ylabel=f"fraction of runs x tasks with score {'>' if sign > 0 else '<'} τ",
-           title="Performance profiles (95% bootstrap band)", ylim=(-0.02, 1.02))
+    ax.set(
+        xlabel=f"threshold τ on final {metric.name}",
+        ylabel=f"fraction of runs x tasks with score {'>' if sign > 0 else '<'} τ",
+        title="Performance profiles (95% bootstrap band)",
+        ylim=(-0.02, 1.02),
+    )
     ax.legend(fontsize="small")
     return fig
 

@@ -14,7 +14,7 @@ agreement with rliable can be checked from any environment that has it (tests/te
 from __future__ import annotations
 
 import zlib
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -70,7 +70,9 @@ def percentile_interval(replicates: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return lo, hi
 
 
-def interval_estimates(x: np.ndarray, aggregates: dict[str, Aggregate], reps: int, rng: np.random.Generator) -> dict[str, tuple[float, float, float]]:
+def interval_estimates(
+    x: np.ndarray, aggregates: dict[str, Aggregate], reps: int, rng: np.random.Generator
+) -> dict[str, tuple[float, float, float]]:
     """``{name: (point, ci_low, ci_high)}`` for each aggregate of the score matrix ``x [R, T]``;
     one set of resamples serves all aggregates."""
     x = np.asarray(x, dtype=np.float64)
@@ -92,7 +94,9 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return wins.mean(axis=-1)
 
 
-def improvement_interval(x: np.ndarray, y: np.ndarray, reps: int, rng: np.random.Generator, chunk: int = 250) -> tuple[float, float, float]:
+def improvement_interval(
+    x: np.ndarray, y: np.ndarray, reps: int, rng: np.random.Generator, chunk: int = 250
+) -> tuple[float, float, float]:
     """P(X > Y) with its interval: X's and Y's runs resampled independently, each within every
     task. Replicates go in chunks so the [reps, Rx, Ry, T] comparison stays small."""
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
@@ -104,7 +108,9 @@ def improvement_interval(x: np.ndarray, y: np.ndarray, reps: int, rng: np.random
     return float(probability_of_improvement(x, y)), float(lo), float(hi)
 
 
-def performance_profile(x: np.ndarray, taus: np.ndarray, reps: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def performance_profile(
+    x: np.ndarray, taus: np.ndarray, reps: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fraction of run-task scores above each threshold tau (the score distribution,
     arXiv:2108.13264 §4.1), with pointwise intervals: ``(point, low, high)``, each ``[len(taus)]``."""
     x = np.asarray(x, np.float64)

@@ -43,8 +43,10 @@ def group(runs: list[Run]) -> list[Method]:
     """Methods in the order their first run appears (the sweep manifest's order)."""
     names = {r.metric.name for r in runs}
     if len(names) > 1:
-        raise UserError(f"the runs measure different metrics ({', '.join(sorted(names))}): report one kind of run "
-                        "at a time, or name one metric every run logs with --metric")
+        raise UserError(
+            f"the runs measure different metrics ({', '.join(sorted(names))}): report one kind of run "
+            "at a time, or name one metric every run logs with --metric"
+        )
     by_label: dict[str, list[Run]] = {}
     for run in runs:
         by_label.setdefault(run.label, []).append(run)
@@ -55,16 +57,23 @@ def _method(label: str, runs: list[Run]) -> Method:
     tasks = runs[0].tasks
     for run in runs[1:]:
         if run.tasks != tasks:
-            raise UserError(f"method {label!r}: run {run.name} has tasks {run.tasks}, run {runs[0].name} has {tasks}; "
-                            "runs of one method must share their tasks (use --group-by to split them)")
+            raise UserError(
+                f"method {label!r}: run {run.name} has tasks {run.tasks}, run {runs[0].name} has {tasks}; "
+                "runs of one method must share their tasks (use --group-by to split them)"
+            )
     metric = _joint_metric(runs)
     final = np.stack([r.final for r in runs])
     pick = np.nanmax if metric.higher_is_better else np.nanmin
-    best = np.array([pick(np.append(np.nanmean(r.curve, axis=1), np.nanmean(r.final))) if r.curve.size
-                     else np.nanmean(r.final) for r in runs])
+    best = np.array(
+        [
+            pick(np.append(np.nanmean(r.curve, axis=1), np.nanmean(r.final))) if r.curve.size else np.nanmean(r.final)
+            for r in runs
+        ]
+    )
     common = sorted(set.intersection(*(set(r.steps.tolist()) for r in runs)))
     task_curves = np.array([[r.curve[r.steps.tolist().index(s)] for s in common] for r in runs]).reshape(
-        len(runs), len(common), len(tasks))
+        len(runs), len(common), len(tasks)
+    )
     curves = np.array([[np.nanmean(row) for row in run] for run in task_curves]).reshape(len(runs), len(common))
     return Method(label, runs, metric, tasks, final, best, np.asarray(common, dtype=np.int64), curves, task_curves)
 
@@ -89,7 +98,9 @@ def summarise(methods: list[Method], reps: int, seed: int) -> dict[str, Any]:
     out = []
     for m in methods:
         final = stats.interval_estimates(m.final, aggregates(m.metric), reps, stats.rng_for(seed, m.label, "final"))
-        best = stats.interval_estimates(m.best[:, None], {"mean": stats.mean}, reps, stats.rng_for(seed, m.label, "best"))
+        best = stats.interval_estimates(
+            m.best[:, None], {"mean": stats.mean}, reps, stats.rng_for(seed, m.label, "best")
+        )
         out.append({
             "method": m.label, "kind": m.runs[0].kind, "runs": len(m.runs), "seeds": [r.seed for r in m.runs],
             "run_dirs": [r.name for r in m.runs], "final_steps": [r.final_step for r in m.runs],
@@ -100,8 +111,13 @@ def summarise(methods: list[Method], reps: int, seed: int) -> dict[str, Any]:
         })  # fmt: skip
     metric = methods[0].metric
     return {
-        "metric": metric.name, "higher_is_better": metric.higher_is_better, "best_possible": metric.best,
-        "confidence": stats.CONFIDENCE, "reps": reps, "seed": seed, "methods": out,
+        "metric": metric.name,
+        "higher_is_better": metric.higher_is_better,
+        "best_possible": metric.best,
+        "confidence": stats.CONFIDENCE,
+        "reps": reps,
+        "seed": seed,
+        "methods": out,
         "probability_of_improvement": improvements(methods, reps, seed),
     }
 

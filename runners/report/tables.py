@@ -37,8 +37,16 @@ def main_table(s: dict[str, Any]) -> str:
     """Method, runs, final mean / IQM and best-over-training mean, each with its 95 % interval."""
     b = s["best_possible"]
     header = ["method", "runs", "final mean [95% CI]", "final IQM [95% CI]", "best over training, mean [95% CI]"]
-    rows = [[m["method"], str(m["runs"]), with_ci(m["final"]["mean"], b), with_ci(m["final"]["iqm"], b),
-             with_ci(m["best_over_training"]["mean"], b)] for m in s["methods"]]
+    rows = [
+        [
+            m["method"],
+            str(m["runs"]),
+            with_ci(m["final"]["mean"], b),
+            with_ci(m["final"]["iqm"], b),
+            with_ci(m["best_over_training"]["mean"], b),
+        ]
+        for m in s["methods"]
+    ]
     return _table(header, rows)
 
 
@@ -47,8 +55,11 @@ def more_table(s: dict[str, Any]) -> str:
     b = s["best_possible"]
     has_gap = all("optimality_gap" in m["final"] for m in s["methods"])
     header = ["method", "final median [95% CI]"] + (["final optimality gap [95% CI]"] if has_gap else [])
-    rows = [[m["method"], with_ci(m["final"]["median"], b)] + ([with_ci(m["final"]["optimality_gap"], b)] if has_gap else [])
-            for m in s["methods"]]
+    rows = [
+        [m["method"], with_ci(m["final"]["median"], b)]
+        + ([with_ci(m["final"]["optimality_gap"], b)] if has_gap else [])
+        for m in s["methods"]
+    ]
     return _table(header, rows)
 
 
@@ -65,9 +76,15 @@ def delta_table(s: dict[str, Any]) -> str:
     """Δm% against the baseline method, paired by seed: mean [95 % CI] and the per-seed values."""
     d = s["delta_m"]
     rows = [[d["baseline"], "", "0 (baseline)", ""]]
-    rows += [[m["method"], str(m["runs"]), f"{m['value']:+.2f} [{m['ci'][0]:+.2f}, {m['ci'][1]:+.2f}]",
-              " / ".join(f"{v:+.2f}" for v in m["per_seed"]) + f" (seeds {', '.join(map(str, m['seeds']))})"]
-             for m in d["methods"]]
+    rows += [
+        [
+            m["method"],
+            str(m["runs"]),
+            f"{m['value']:+.2f} [{m['ci'][0]:+.2f}, {m['ci'][1]:+.2f}]",
+            " / ".join(f"{v:+.2f}" for v in m["per_seed"]) + f" (seeds {', '.join(map(str, m['seeds']))})",
+        ]
+        for m in d["methods"]
+    ]
     return _table(["method", "seeds", f"Δm% vs {d['baseline']} [95% CI]", "per seed"], rows)
 
 
@@ -108,7 +125,19 @@ def to_csv(s: dict[str, Any]) -> str:
     for p in s["probability_of_improvement"]:
         w.writerow(["probability_of_improvement", p["x"], p["y"], "", "final", "P(x>y)", p["value"], *p["ci"], ""])
     for m in s.get("delta_m", {}).get("methods", []):
-        w.writerow(["delta_m", m["method"], s["delta_m"]["baseline"], "", "final", "delta_m_percent", m["value"], *m["ci"], m["runs"]])
+        w.writerow(
+            [
+                "delta_m",
+                m["method"],
+                s["delta_m"]["baseline"],
+                "",
+                "final",
+                "delta_m_percent",
+                m["value"],
+                *m["ci"],
+                m["runs"],
+            ]
+        )
     return buf.getvalue()
 
 
@@ -136,14 +165,26 @@ def markdown(s: dict[str, Any], notes: list[str], source: str, plots: list[str],
         per_task_table(s), "",
     ]  # fmt: skip
     if "delta_m" in s:
-        parts += ["## Δm% against a baseline (final scores, paired by seed)", "",
-                  "Δm = (100 / T) Σ_t (−1)^{s_t} (M_t − B_t) / B_t over the T tasks, s_t = 1 where higher is better "
-                  "(Maninis et al. 2019; Navon et al., ICML 2022, arXiv:2202.01017); each run against the baseline's "
-                  "run of the same seed; lower is better. Interval: bootstrap over the seeds.", "", delta_table(s), ""]
+        parts += [
+            "## Δm% against a baseline (final scores, paired by seed)",
+            "",
+            "Δm = (100 / T) Σ_t (−1)^{s_t} (M_t − B_t) / B_t over the T tasks, s_t = 1 where higher is better "
+            "(Maninis et al. 2019; Navon et al., ICML 2022, arXiv:2202.01017); each run against the baseline's "
+            "run of the same seed; lower is better. Interval: bootstrap over the seeds.",
+            "",
+            delta_table(s),
+            "",
+        ]
     if s["probability_of_improvement"]:
-        parts += ["## Probability of improvement (final scores)", "",
-                  "P(X > Y): the probability that a run of X beats a run of Y on a task drawn at random "
-                  "(ties count half), averaged over tasks.", "", improvement_table(s), ""]
+        parts += [
+            "## Probability of improvement (final scores)",
+            "",
+            "P(X > Y): the probability that a run of X beats a run of Y on a task drawn at random "
+            "(ties count half), averaged over tasks.",
+            "",
+            improvement_table(s),
+            "",
+        ]
     if notes:
         parts += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     if plots:

@@ -34,9 +34,14 @@ class EnvConfig:
 
 def env_kwargs(env: EnvConfig) -> dict[str, Any]:
     """The keyword arguments of ``morl.envs.make_env`` this section sets (all but the name and seed)."""
-    return {"protocol": env.protocol, "max_episode_steps": env.max_episode_steps, "num_tasks": env.num_tasks,
-            "envs_per_task": env.envs_per_task, "reward_function_version": env.reward_function_version,
-            "reward_normalization": env.reward_normalization}
+    return {
+        "protocol": env.protocol,
+        "max_episode_steps": env.max_episode_steps,
+        "num_tasks": env.num_tasks,
+        "envs_per_task": env.envs_per_task,
+        "reward_function_version": env.reward_function_version,
+        "reward_normalization": env.reward_normalization,
+    }
 
 
 @dataclass
@@ -60,7 +65,9 @@ class RunConfig:
     seed: int = 0
     device: str = "auto"
     warmup_steps: int = 1500
-    warmup_catch_up: bool = False  # mtrl: the first learning step makes up the warm-up's updates (runners/rl/schedule.py)
+    warmup_catch_up: bool = (
+        False  # mtrl: the first learning step makes up the warm-up's updates (runners/rl/schedule.py)
+    )
     updates_per_step: int = 1
     eval_every: int = 10_000
     eval_episodes: int | None = None
@@ -120,7 +127,9 @@ def _validate_env(env: EnvConfig) -> None:
         from morl.envs.metaworld_env import mt1_task_names
 
         if env.name[4:] not in mt1_task_names():
-            raise UserError(f"env.name: unknown Meta-World task {env.name[4:]!r}; allowed after 'mt1:': {', '.join(mt1_task_names())}")
+            raise UserError(
+                f"env.name: unknown Meta-World task {env.name[4:]!r}; allowed after 'mt1:': {', '.join(mt1_task_names())}"
+            )
     elif env.name not in valid:
         raise UserError(f"env.name: unknown environment {env.name!r}; allowed: {', '.join(valid)}")
     if env.envs_per_task < 1:
@@ -130,14 +139,18 @@ def _validate_env(env: EnvConfig) -> None:
     if env.num_tasks is not None and env.num_tasks < 1:
         raise UserError(f"env.num_tasks: must be >= 1 or null, got {env.num_tasks}")
     if env.reward_function_version != "v2" and env.name == "point_mass":
-        raise UserError("env.reward_function_version: point_mass has one reward; v1 exists for Meta-World (mt10, mt50, mt1:<task>) only")
+        raise UserError(
+            "env.reward_function_version: point_mass has one reward; v1 exists for Meta-World (mt10, mt50, mt1:<task>) only"
+        )
 
 
 def _validate_aggregator(agg: AggregatorConfig) -> None:
     import morl.aggregators as aggregators
 
     if agg.name not in aggregators.available():
-        raise UserError(f"aggregator.name: unknown aggregator {agg.name!r}; allowed: {', '.join(aggregators.available())}")
+        raise UserError(
+            f"aggregator.name: unknown aggregator {agg.name!r}; allowed: {', '.join(aggregators.available())}"
+        )
     try:
         aggregators.build(agg.name, **agg.options)
     except (ValueError, TypeError) as exc:
@@ -147,9 +160,22 @@ def _validate_aggregator(agg: AggregatorConfig) -> None:
 def _validate_run(run: RunConfig) -> None:
     from morl.runners.config import require
 
-    require(run, {"total_steps": ">=1", "updates_per_step": ">=1", "eval_every": ">=1", "log_every": ">=1",
-                  "checkpoint_every": ">=1", "keep_checkpoints": ">=1", "max_nonfinite_updates": ">=1",
-                  "checkpoint_minutes": ">0?", "warmup_steps": ">=0", "eval_episodes": ">=1?"}, prefix="run.")
+    require(
+        run,
+        {
+            "total_steps": ">=1",
+            "updates_per_step": ">=1",
+            "eval_every": ">=1",
+            "log_every": ">=1",
+            "checkpoint_every": ">=1",
+            "keep_checkpoints": ">=1",
+            "max_nonfinite_updates": ">=1",
+            "checkpoint_minutes": ">0?",
+            "warmup_steps": ">=0",
+            "eval_episodes": ">=1?",
+        },
+        prefix="run.",
+    )
 
 
 def _validate_agent(agent: MTSACConfig, env: EnvConfig) -> None:

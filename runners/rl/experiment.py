@@ -11,7 +11,6 @@ once instead of reaching the environment.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +23,16 @@ from morl.runners.rl.metrics import per_task
 from morl.runners.shell.experiment import Experiment, Schedule
 
 # `morl resume` may change these; everything else is fixed by the checkpoint.
-RESUMABLE_KEYS = ("total_steps", "eval_every", "eval_episodes", "log_every", "checkpoint_every", "checkpoint_minutes",
-                  "keep_checkpoints", "device")
+RESUMABLE_KEYS = (
+    "total_steps",
+    "eval_every",
+    "eval_episodes",
+    "log_every",
+    "checkpoint_every",
+    "checkpoint_minutes",
+    "keep_checkpoints",
+    "device",
+)
 
 
 class RLExperiment(Experiment):
@@ -68,8 +75,14 @@ class RLExperiment(Experiment):
     @property
     def schedule(self) -> Schedule:
         run = self.cfg.run
-        return Schedule(run.total_steps, run.log_every, run.eval_every, run.checkpoint_every,
-                        run.checkpoint_minutes, run.keep_checkpoints)
+        return Schedule(
+            run.total_steps,
+            run.log_every,
+            run.eval_every,
+            run.checkpoint_every,
+            run.checkpoint_minutes,
+            run.keep_checkpoints,
+        )
 
     @property
     def task_names(self) -> list[str]:
@@ -101,8 +114,9 @@ class RLExperiment(Experiment):
         tps = record.get("perf/transitions_per_s")
         return {} if tps is None else {"tps": tps}
 
-    def evaluate(self, episodes: int | None = None, video: str | None = None, video_episodes: int = 1,
-                 **options: Any) -> dict[str, Any]:
+    def evaluate(
+        self, episodes: int | None = None, video: str | None = None, video_episodes: int = 1, **options: Any
+    ) -> dict[str, Any]:
         from morl.runners.rl.iteration import eval_episodes, evaluate_agent
 
         s = self.s
@@ -114,10 +128,15 @@ class RLExperiment(Experiment):
         if video is not None:  # `morl eval --video RUN_DIR`: video files and TensorBoard videos
             from morl.runners.video import record_agent_videos
 
-            out["videos"] = [str(p) for p in record_agent_videos(s.agent, s.eval_env, s.device, video, self.unit, s.step, video_episodes)]
+            out["videos"] = [
+                str(p)
+                for p in record_agent_videos(s.agent, s.eval_env, s.device, video, self.unit, s.step, video_episodes)
+            ]
         if self.agg_timer is None:  # `morl eval`: a checkpoint, not a run in progress
             return {**out, "episodes_per_task": episodes or eval_episodes(s.cfg)}
-        best = success["mean"] if np.isnan(s.stats.best_eval_success) else max(s.stats.best_eval_success, success["mean"])
+        best = (
+            success["mean"] if np.isnan(s.stats.best_eval_success) else max(s.stats.best_eval_success, success["mean"])
+        )
         s.stats.best_eval_success = best
         s.stats.last_eval = {"step": s.step, "success": success, "return": ret}
         return {**out, "eval/success/best_mean": best}
@@ -133,7 +152,9 @@ class RLExperiment(Experiment):
         last = self.s.stats.last_eval or {}
         out = {"step": self.s.step, "updates": self.s.updates, "best_mean_success": self.s.stats.best_eval_success}
         if last:
-            out.update({"eval/success": last["success"], "eval/return": last["return"], "headline": last["success"]["mean"]})
+            out.update(
+                {"eval/success": last["success"], "eval/return": last["return"], "headline": last["success"]["mean"]}
+            )
         return out
 
     def watch(self) -> str | None:
@@ -143,8 +164,10 @@ class RLExperiment(Experiment):
         """
         s, limit = self.s, self.cfg.run.max_nonfinite_updates
         agent = s.agent
-        total, streak, longest = (int(v) for v in torch.stack(
-            [agent.nonfinite_updates, agent.nonfinite_streak, agent.nonfinite_longest]).tolist())
+        total, streak, longest = (
+            int(v)
+            for v in torch.stack([agent.nonfinite_updates, agent.nonfinite_streak, agent.nonfinite_longest]).tolist()
+        )
         line = warn_skipped(total, s.stats.skipped_reported, s.updates - s.stats.updates_reported)
         s.stats.skipped_reported, s.stats.updates_reported = total, s.updates
         if longest >= limit:
@@ -178,7 +201,9 @@ class RLExperiment(Experiment):
         from morl.runners.run_dir import CHECKPOINT_DIR
 
         where = checkpoint_text(Path(self.run_dir or ".") / CHECKPOINT_DIR, good_before)
-        return Diverged(f"training diverged at step {step}/{self.cfg.run.total_steps}: {what}; {where}; {self.divergence_advice()}")
+        return Diverged(
+            f"training diverged at step {step}/{self.cfg.run.total_steps}: {what}; {where}; {self.divergence_advice()}"
+        )
 
     def state_dict(self) -> dict[str, Any]:
         from morl.runners.rl.session import session_state
@@ -198,4 +223,3 @@ class RLExperiment(Experiment):
     def close(self) -> None:
         if self.agg_timer is not None:
             self.agg_timer.close()
-

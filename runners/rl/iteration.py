@@ -25,7 +25,9 @@ NONFINITE_ACTIONS = "the policy's actions are NaN/inf (its network overflowed)"
 def collect_action(s: Session) -> np.ndarray:
     """Uniform random actions during warm-up, then a sample from the policy."""
     if s.step < s.cfg.run.warmup_steps:
-        return s.action_rng.uniform(-1.0, 1.0, size=(s.env.num_envs, s.env.single_action_space.shape[0])).astype(np.float32)
+        return s.action_rng.uniform(-1.0, 1.0, size=(s.env.num_envs, s.env.single_action_space.shape[0])).astype(
+            np.float32
+        )
     with torch.no_grad():
         action = s.agent.act(torch.as_tensor(s.obs, device=s.device), deterministic=False)
     return _finite_actions(action.cpu().numpy())
@@ -46,11 +48,13 @@ def evaluate(s: Session, episodes_per_task: int | None = None) -> dict[str, Any]
 def eval_episodes(cfg) -> int:
     """``run.eval_episodes``, or the protocol's default (mtrl: 1, metaworld_v3: 50)."""
     import morl.envs as envs
+
     return cfg.run.eval_episodes or envs.default_eval_episodes(cfg.env.protocol)
 
 
 def evaluate_agent(agent, eval_env, device: torch.device, episodes_per_task: int) -> dict[str, Any]:
     import morl.envs as envs
+
     def policy(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             return _finite_actions(agent.act(torch.as_tensor(obs, device=device), deterministic=True).cpu().numpy())

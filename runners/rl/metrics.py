@@ -31,8 +31,15 @@ UPDATE_TAGS: dict[str, str] = {
     "nonfinite_updates": "train/skipped_nonfinite_updates",
     "nonfinite_streak": "train/nonfinite_streak",
 }
-SCALAR_METRICS = {"grad_norm_pre", "grad_norm_post", "grad_cos_min", "grad_cos_mean", "grad_conflicts",
-                  "nonfinite_updates", "nonfinite_streak"}
+SCALAR_METRICS = {
+    "grad_norm_pre",
+    "grad_norm_post",
+    "grad_cos_min",
+    "grad_cos_mean",
+    "grad_conflicts",
+    "nonfinite_updates",
+    "nonfinite_streak",
+}
 # Running counters: the interval reports their latest value, not a mean.
 LATEST_METRICS = {"nonfinite_updates", "nonfinite_streak"}
 
@@ -165,7 +172,10 @@ class AggregationTimer:
         self.sample_next = False
         self._t0: float | None = None
         self.reset()
-        self._handles = (aggregator.register_forward_pre_hook(self._start), aggregator.register_forward_hook(self._stop))
+        self._handles = (
+            aggregator.register_forward_pre_hook(self._start),
+            aggregator.register_forward_hook(self._stop),
+        )
 
     def _start(self, module, args) -> None:
         self._t0 = None
@@ -205,7 +215,9 @@ class AggregationTimer:
         return {f"aggregator/{name}": int(v) for name, v in zip(stats, values)}
 
 
-def interval_metrics(task_names: list[str], stats: LoopStats, timer: SectionTimer, agg_timer: AggregationTimer) -> dict[str, Any]:
+def interval_metrics(
+    task_names: list[str], stats: LoopStats, timer: SectionTimer, agg_timer: AggregationTimer
+) -> dict[str, Any]:
     """The metrics of one log interval, ``{tag: float | {task: float, "mean": float}}``; the
     shell writes them (TensorBoard + metrics.jsonl)."""
     record: dict[str, Any] = {}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -94,8 +93,19 @@ def build_evaluation(cfg: RLConfig) -> Session:
     seed_everything(cfg.run.seed)
     _, eval_env = make_envs(cfg, eval_only=True)
     agent, aggregator = build_agent(cfg, eval_env, device)
-    return Session(cfg=cfg, device=device, env=None, eval_env=eval_env, agent=agent, aggregator=aggregator, replay=None,
-                   sample_gen=None, action_rng=None, obs=None, stats=LoopStats(eval_env.num_tasks))
+    return Session(
+        cfg=cfg,
+        device=device,
+        env=None,
+        eval_env=eval_env,
+        agent=agent,
+        aggregator=aggregator,
+        replay=None,
+        sample_gen=None,
+        action_rng=None,
+        obs=None,
+        stats=LoopStats(eval_env.num_tasks),
+    )
 
 
 def build_session(cfg: RLConfig) -> Session:
@@ -185,8 +195,10 @@ def load_session_state(s: Session, state: dict[str, Any]) -> None:
         raise UserError("this checkpoint holds no replay buffer (a periodic snapshot); resume from checkpoints/last.pt")
     same_device = state.get("device_type", s.device.type) == s.device.type
     if not same_device:
-        print(f"morl: warning: checkpoint written on {state['device_type']}, continuing on {s.device.type}: "
-              "the random streams of sampling and exploration restart (the run is no longer bitwise reproducible)")
+        print(
+            f"morl: warning: checkpoint written on {state['device_type']}, continuing on {s.device.type}: "
+            "the random streams of sampling and exploration restart (the run is no longer bitwise reproducible)"
+        )
     s.agent.load_state_dict(agent_state_for(s.agent, state, same_device))
     s.replay.load_state_dict(state["replay"])
     s.env.load_state_dict(state["env"])

@@ -37,5 +37,7 @@ def check_checkpoint(state: Any, exp, path: Path) -> dict[str, Any]:
     if kind != exp.kind:
         raise UserError(f"{path} is a checkpoint of a {kind!r} run, not of a {exp.kind!r} run")
     if state.get("format") != exp.checkpoint_format:
-        raise UserError(f"checkpoint format {state.get('format')!r} of {path} is not supported; expected {exp.checkpoint_format}")
+        raise UserError(
+            f"checkpoint format {state.get('format')!r} of {path} is not supported; expected {exp.checkpoint_format}"
+        )
     return state

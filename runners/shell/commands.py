@@ -21,10 +21,18 @@ def add_start_arguments(parser, example: str, overrides: str) -> None:
     ``overrides`` valid overrides of it (tests/runners/test_help_examples.py loads them)."""
     parser.add_argument("config", nargs="?", help=f"YAML config, e.g. {example} (keys: docs/configs.md)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help=f"nested overrides, e.g. {overrides}")
-    parser.add_argument("--run-dir", default=None, metavar="DIR",
-                        help="write the run into exactly this new directory (default: <out_dir>/<name>-<timestamp>)")
-    parser.add_argument("--resume", metavar="RUN_DIR", default=None, help="same as `morl resume RUN_DIR [key=value ...]`")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal anyway)")
+    parser.add_argument(
+        "--run-dir",
+        default=None,
+        metavar="DIR",
+        help="write the run into exactly this new directory (default: <out_dir>/<name>-<timestamp>)",
+    )
+    parser.add_argument(
+        "--resume", metavar="RUN_DIR", default=None, help="same as `morl resume RUN_DIR [key=value ...]`"
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal anyway)"
+    )
 
 
 def start_command(kind: str, args) -> int:
@@ -39,14 +47,21 @@ def start_command(kind: str, args) -> int:
     if args.config is None:
         cls = experiment_class(kind)
         raise UserError(f"give a config file (morl {cls.command} CONFIG [key=value ...]) or --resume RUN_DIR")
-    start(kind, experiment_class(kind).load_config(args.config, list(args.overrides)), run_dir=args.run_dir, progress=progress)
+    start(
+        kind,
+        experiment_class(kind).load_config(args.config, list(args.overrides)),
+        run_dir=args.run_dir,
+        progress=progress,
+    )
     return 0
 
 
-def start(kind: str, cfg: Any, *, run_dir: str | Path | None = None, progress: bool | None = None, stop_at: int | None = None) -> Path:
+def start(
+    kind: str, cfg: Any, *, run_dir: str | Path | None = None, progress: bool | None = None, stop_at: int | None = None
+) -> Path:
     """Build the experiment, create its run directory, run it to the end; returns the run directory."""
     from morl.runners.config import save_config
-    from morl.runners.run_dir import CONFIG_FILE, new_run_dir, named_run_dir
+    from morl.runners.run_dir import CONFIG_FILE, named_run_dir, new_run_dir
     from morl.runners.shell.kinds import experiment_class
     from morl.runners.shell.loop import run
 
@@ -61,11 +76,10 @@ def start(kind: str, cfg: Any, *, run_dir: str | Path | None = None, progress: b
 
 def _load_resumable(run_dir: Path, overrides: list[str], expected_kind: str | None):
     from morl.runners.checkpoint import torch_load
+    from morl.runners.hints import command
     from morl.runners.run_dir import CONFIG_FILE, check_config_unchanged, claim_run_dir, last_checkpoint
     from morl.runners.shell.checkpoints import check_checkpoint
     from morl.runners.shell.kinds import experiment_class, kind_of
-
-    from morl.runners.hints import command
 
     kind = kind_of(run_dir)
     if expected_kind is not None and kind != expected_kind:
@@ -74,7 +88,9 @@ def _load_resumable(run_dir: Path, overrides: list[str], expected_kind: str | No
     for item in overrides:
         key = item.split("=", 1)[0].strip()
         if key not in cls.resume_keys:
-            raise UserError(f"override {key!r} cannot change a started {kind} run; allowed: {', '.join(cls.resume_keys)}")
+            raise UserError(
+                f"override {key!r} cannot change a started {kind} run; allowed: {', '.join(cls.resume_keys)}"
+            )
     cfg = cls.load_config(run_dir / CONFIG_FILE, overrides)
     claim_run_dir(run_dir)
     path = last_checkpoint(run_dir)
@@ -85,8 +101,14 @@ def _load_resumable(run_dir: Path, overrides: list[str], expected_kind: str | No
     return exp, cfg
 
 
-def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *, progress: bool | None = None,
-           stop_at: int | None = None, expected_kind: str | None = None) -> Path:
+def resume(
+    run_dir: str | Path,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    progress: bool | None = None,
+    stop_at: int | None = None,
+    expected_kind: str | None = None,
+) -> Path:
     """``morl resume``: restore ``checkpoints/last.pt`` and continue to the end of the schedule."""
     from morl.runners.config import save_config
     from morl.runners.run_dir import CONFIG_FILE, drop_records_after, existing_run_dir
@@ -97,8 +119,10 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *, 
     exp, cfg = _load_resumable(run_dir, overrides, expected_kind)
     total = exp.schedule.total
     if exp.position >= total and (run_dir / FINAL_METRICS).is_file():
-        print(f"morl: run already finished ({exp.position}/{total} {exp.unit}s); raise its length to continue "
-              f"(allowed overrides: {', '.join(exp.resume_keys)})")
+        print(
+            f"morl: run already finished ({exp.position}/{total} {exp.unit}s); raise its length to continue "
+            f"(allowed overrides: {', '.join(exp.resume_keys)})"
+        )
         exp.close()
         return run_dir
     if overrides:
@@ -110,8 +134,12 @@ def resume(run_dir: str | Path, overrides: list[str] | tuple[str, ...] = (), *, 
     return run_dir
 
 
-def evaluate(run_dir: str | Path, checkpoint: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
-             **options: Any) -> dict[str, Any]:
+def evaluate(
+    run_dir: str | Path,
+    checkpoint: str | Path | None = None,
+    overrides: list[str] | tuple[str, ...] = (),
+    **options: Any,
+) -> dict[str, Any]:
     """``morl eval``: load a checkpoint (default ``last.pt``), evaluate, print and write the result."""
     from morl.runners.checkpoint import atomic_write_text, torch_load
     from morl.runners.run_dir import CONFIG_FILE, existing_run_dir, last_checkpoint
@@ -150,7 +178,9 @@ def format_table(out: dict[str, Any], unit: str) -> str:
         lines.append(f"{'name':<{width}}  " + "  ".join(f"{k:>14}" for k in tables))
         for n in names:
             cells = (tables[k].get(n) for k in tables)
-            lines.append(f"{n:<{width}}  " + "  ".join(f"{c:14.4f}" if isinstance(c, float) else f"{'':>14}" for c in cells))
+            lines.append(
+                f"{n:<{width}}  " + "  ".join(f"{c:14.4f}" if isinstance(c, float) else f"{'':>14}" for c in cells)
+            )
     lines += [f"{k}: {v:.4f}" for k, v in out.items() if isinstance(v, float)]
     return "\n".join(lines)
 
@@ -161,6 +191,10 @@ def _print_end(exp, run_dir: Path, final: dict[str, Any]) -> None:
     line = exp.summary(final)
     if line:
         print(f"morl: final: {line}")
-    print(f"morl: run directory {run_dir}\n"
-          f"morl: watch it:    {command('tensorboard')} --logdir {run_dir / 'tb'}\n"
-          f"morl: evaluate it: {command('morl')} eval {run_dir}", file=sys.stdout, flush=True)
+    print(
+        f"morl: run directory {run_dir}\n"
+        f"morl: watch it:    {command('tensorboard')} --logdir {run_dir / 'tb'}\n"
+        f"morl: evaluate it: {command('morl')} eval {run_dir}",
+        file=sys.stdout,
+        flush=True,
+    )

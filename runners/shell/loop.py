@@ -39,7 +39,9 @@ class CheckpointClock:
         return self.seconds is not None and time.monotonic() - self.last >= self.seconds
 
 
-def run(exp: Experiment, run_dir: Path, *, progress: bool | None = None, resumed: bool = False, stop_at: int | None = None) -> dict[str, Any]:
+def run(
+    exp: Experiment, run_dir: Path, *, progress: bool | None = None, resumed: bool = False, stop_at: int | None = None
+) -> dict[str, Any]:
     """Run ``exp`` from its position to the end of its schedule; returns the final metrics.
 
     ``stop_at`` stops the run at that position exactly as a signal would (tests, sweeps).
@@ -54,8 +56,15 @@ def run(exp: Experiment, run_dir: Path, *, progress: bool | None = None, resumed
         from morl.runners.tb_layout import write_layout
 
         write_layout(logger.writer, exp.task_names, **exp.layout_tags())
-    write_run_info(run_dir, kind=exp.kind, command=exp.command, status="running", position=exp.position,
-                   total=sched.total, unit=exp.unit)
+    write_run_info(
+        run_dir,
+        kind=exp.kind,
+        command=exp.command,
+        status="running",
+        position=exp.position,
+        total=sched.total,
+        unit=exp.unit,
+    )
     bar = Progress(sched.total, initial=exp.position, desc=exp.name or exp.kind, enabled=progress, unit=exp.unit)
     status = "failed"
     try:
@@ -63,12 +72,16 @@ def run(exp: Experiment, run_dir: Path, *, progress: bool | None = None, resumed
             _loop(exp, run_dir, logger, bar, stop, stop_at, saved_at=exp.position if resumed else None)
             if exp.position < sched.total:  # stopped on request (a stop during the last unit just finishes)
                 status = "interrupted"
-                raise Interrupted(f"stopped{' by ' + stop.signal_name if stop.signal_name else ''} at {exp.unit} "
-                                  f"{exp.position}/{sched.total}; checkpoint {Path(run_dir) / 'checkpoints' / 'last.pt'}; "
-                                  f"continue with: {command('morl')} resume {run_dir}")
+                raise Interrupted(
+                    f"stopped{' by ' + stop.signal_name if stop.signal_name else ''} at {exp.unit} "
+                    f"{exp.position}/{sched.total}; checkpoint {Path(run_dir) / 'checkpoints' / 'last.pt'}; "
+                    f"continue with: {command('morl')} resume {run_dir}"
+                )
         last = Path(run_dir) / "checkpoints" / "last.pt"
-        with immediate_stop(f"stopped while computing the final metrics ({exp.unit} {exp.position}/{sched.total}); "
-                            f"checkpoint {last}; continue with: {command('morl')} resume {run_dir}"):
+        with immediate_stop(
+            f"stopped while computing the final metrics ({exp.unit} {exp.position}/{sched.total}); "
+            f"checkpoint {last}; continue with: {command('morl')} resume {run_dir}"
+        ):
             final = _finish(exp, run_dir, logger)
         status = "finished"
         return final
@@ -87,7 +100,9 @@ def run(exp: Experiment, run_dir: Path, *, progress: bool | None = None, resumed
         exp.close()
 
 
-def _loop(exp: Experiment, run_dir: Path, logger, bar: Progress, stop, stop_at: int | None, saved_at: int | None) -> None:
+def _loop(
+    exp: Experiment, run_dir: Path, logger, bar: Progress, stop, stop_at: int | None, saved_at: int | None
+) -> None:
     from morl.runners.shell.checkpoints import save_checkpoint
 
     def diverged(what: str) -> Diverged:
@@ -107,7 +122,9 @@ def _loop(exp: Experiment, run_dir: Path, logger, bar: Progress, stop, stop_at: 
             result = write(logger, p, "eval", exp.evaluate())
             logger.flush()
             if isinstance(result.get("headline"), float) and not math.isfinite(result["headline"]):
-                raise diverged(f"the evaluation is non-finite (headline {result['headline']}): the model outputs NaN/inf")
+                raise diverged(
+                    f"the evaluation is non-finite (headline {result['headline']}): the model outputs NaN/inf"
+                )
             if isinstance(result.get("headline"), float):
                 bar.show(eval=result["headline"])
             line = exp.summary(result)
@@ -134,10 +151,15 @@ def _loop(exp: Experiment, run_dir: Path, logger, bar: Progress, stop, stop_at: 
 def _diverged(exp: Experiment, run_dir: Path, saved_at: int | None, what: str) -> Diverged:
     from morl.runners.run_dir import CHECKPOINT_DIR, LAST_CHECKPOINT
 
-    where = ("no checkpoint was written before it" if saved_at is None
-             else f"last good checkpoint {Path(run_dir) / CHECKPOINT_DIR / LAST_CHECKPOINT} ({exp.unit} {saved_at})")
-    return Diverged(f"training diverged at {exp.unit} {exp.position}/{exp.schedule.total}: {what}; {where}; "
-                    f"{exp.divergence_advice()}")
+    where = (
+        "no checkpoint was written before it"
+        if saved_at is None
+        else f"last good checkpoint {Path(run_dir) / CHECKPOINT_DIR / LAST_CHECKPOINT} ({exp.unit} {saved_at})"
+    )
+    return Diverged(
+        f"training diverged at {exp.unit} {exp.position}/{exp.schedule.total}: {what}; {where}; "
+        f"{exp.divergence_advice()}"
+    )
 
 
 def _say(bar: Progress, line: str | None) -> None:

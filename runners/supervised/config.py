@@ -25,7 +25,9 @@ class AggregatorConfig:
 
 @dataclass
 class OrderingConfig:
-    name: str = "random"  # any of morl.ordering.available(): random, flipflop, random_flipflop, grab, grab_separate, jogba
+    name: str = (
+        "random"  # any of morl.ordering.available(): random, flipflop, random_flipflop, grab, grab_separate, jogba
+    )
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -53,7 +55,9 @@ class SupervisedConfig:
     max_grad_norm: float | None = None
     eval_every: int = 1  # epochs
     checkpoint_every: int = 5  # epochs (the last epoch is always checkpointed)
-    checkpoint_minutes: float | None = 15.0  # also checkpoint once this much wall-clock time passed; null: by epochs only
+    checkpoint_minutes: float | None = (
+        15.0  # also checkpoint once this much wall-clock time passed; null: by epochs only
+    )
     max_nonfinite_updates: int = 100  # this many NaN/inf (skipped) updates in a row stop the run (exit 3)
     out_dir: str = "runs"
     baseline_run: str | None = None  # a finished run dir whose test metrics are the Δm baseline

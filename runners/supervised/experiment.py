@@ -44,9 +44,20 @@ class SupervisedExperiment(Experiment):
     def validate(cls, cfg: SupervisedConfig) -> None:
         from morl.runners.config import require
 
-        require(cfg, {"epochs": ">=1", "batch_size": ">=1", "eval_every": ">=1", "checkpoint_every": ">=1",
-                      "max_nonfinite_updates": ">=1", "checkpoint_minutes": ">0?", "optim.lr": ">0",
-                      "model.hidden": ">=1", "max_grad_norm": ">0?"})
+        require(
+            cfg,
+            {
+                "epochs": ">=1",
+                "batch_size": ">=1",
+                "eval_every": ">=1",
+                "checkpoint_every": ">=1",
+                "max_nonfinite_updates": ">=1",
+                "checkpoint_minutes": ">0?",
+                "optim.lr": ">0",
+                "model.hidden": ">=1",
+                "max_grad_norm": ">0?",
+            },
+        )
         if cfg.baseline_run and cfg.baseline_metrics:
             raise UserError("give either baseline_run or baseline_metrics, not both")
 
@@ -75,7 +86,9 @@ class SupervisedExperiment(Experiment):
         if cfg.baseline_run:
             path = Path(cfg.baseline_run) / FINAL_METRICS
             if not path.is_file():
-                raise UserError(f"baseline_run {cfg.baseline_run!r} has no {FINAL_METRICS} (is it a finished morl supervised run?)")
+                raise UserError(
+                    f"baseline_run {cfg.baseline_run!r} has no {FINAL_METRICS} (is it a finished morl supervised run?)"
+                )
             baseline = json.loads(path.read_text())["test"]
         elif cfg.baseline_metrics:
             baseline = dict(cfg.baseline_metrics)
@@ -83,7 +96,9 @@ class SupervisedExperiment(Experiment):
             return None
         missing = [k for k in self.directions if k not in baseline]
         if missing:
-            raise UserError(f"the Δm baseline lacks metric(s) {', '.join(missing)}; it must come from a run on the same tasks")
+            raise UserError(
+                f"the Δm baseline lacks metric(s) {', '.join(missing)}; it must come from a run on the same tasks"
+            )
         return baseline
 
     @property
@@ -147,12 +162,16 @@ class SupervisedExperiment(Experiment):
         from morl.runners.divergence import streak_text, warn_skipped
 
         a = self.adapter
-        total, streak, longest = (int(v) for v in torch.stack([a.nonfinite_steps, a.nonfinite_streak, a.nonfinite_longest]).tolist())
+        total, streak, longest = (
+            int(v) for v in torch.stack([a.nonfinite_steps, a.nonfinite_streak, a.nonfinite_longest]).tolist()
+        )
         line = warn_skipped(total, self.reported[0], a.steps - self.reported[1])
         self.reported = (total, a.steps)
         limit = self.cfg.max_nonfinite_updates
         if longest >= limit:
-            raise self._diverged(streak_text(longest, "max_nonfinite_updates", limit, total, a.steps), streak, streak >= limit)
+            raise self._diverged(
+                streak_text(longest, "max_nonfinite_updates", limit, total, a.steps), streak, streak >= limit
+            )
         bad = self._nonfinite_output() if streak > 0 else None  # a validation pass only after a skipped step
         if bad is not None:
             what = f"the model outputs NaN/inf (validation {bad}) and its last {streak} updates were skipped"
@@ -186,15 +205,22 @@ class SupervisedExperiment(Experiment):
             where = f"last good checkpoint {checkpoint} (epoch {saved[0]})"
         else:
             where = f"no good checkpoint left ({checkpoint}, epoch {saved[0]}, was written after the divergence began)"
-        return Diverged(f"training diverged at epoch {self.epoch}/{self.cfg.epochs}: {what}; {where}; {self.divergence_advice()}")
+        return Diverged(
+            f"training diverged at epoch {self.epoch}/{self.cfg.epochs}: {what}; {where}; {self.divergence_advice()}"
+        )
 
     def final_metrics(self) -> dict[str, Any]:
         from morl.metrics import delta_m
 
         test = self.adapter.evaluate(self.data.batches("test", EVAL_BATCH))
-        final = {"epoch": self.epoch, "val": self.adapter.evaluate(self.data.batches("val", EVAL_BATCH)), "test": test,
-                 "directions": self.directions, "headline": self._headline(test),
-                 "seconds": time.time() - self.started}  # this process's part of the run
+        final = {
+            "epoch": self.epoch,
+            "val": self.adapter.evaluate(self.data.batches("val", EVAL_BATCH)),
+            "test": test,
+            "directions": self.directions,
+            "headline": self._headline(test),
+            "seconds": time.time() - self.started,
+        }  # this process's part of the run
         if self.baseline is not None:
             final["delta_m"] = delta_m(test, self.baseline, self.directions)
         return final
@@ -207,8 +233,14 @@ class SupervisedExperiment(Experiment):
         rng = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
         if self.device.type == "cuda":
             rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        return {"format": CHECKPOINT_FORMAT, "config": to_dict(self.cfg), "epoch": self.epoch,
-                "adapter": self.adapter.state_dict(), "ordering": self.order.state_dict(), "rng": rng}
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "config": to_dict(self.cfg),
+            "epoch": self.epoch,
+            "adapter": self.adapter.state_dict(),
+            "ordering": self.order.state_dict(),
+            "rng": rng,
+        }
 
     def load_state_dict(self, state: dict[str, Any], *, for_evaluation: bool = False) -> None:
         self.adapter.load_state_dict(state["adapter"])

@@ -25,8 +25,10 @@ def build(cfg, device):
         raise UserError(f"data: {exc}") from None
     rows = data.train[0].shape[0]
     if rows < cfg.batch_size:
-        raise UserError(f"data: the training split holds {rows} rows, fewer than batch_size={cfg.batch_size}; "
-                        f"lower batch_size (at most {rows}) or give more data")
+        raise UserError(
+            f"data: the training split holds {rows} rows, fewer than batch_size={cfg.batch_size}; "
+            f"lower batch_size (at most {rows}) or give more data"
+        )
     try:
         # "skip": a NaN/inf gradient must not raise mid-run; the adapter undoes and counts the step
         agg = aggregators.build(cfg.aggregator.name, **{"check_finite": "skip", **cfg.aggregator.options})
@@ -34,21 +36,36 @@ def build(cfg, device):
         raise UserError(f"aggregator: {exc}") from None
     k = len(data.specs)
     try:
-        order = ordering.build(cfg.ordering.name, data.train[0].shape[0], k,
-                               **{"batch_size": cfg.batch_size, "seed": cfg.seed, **cfg.ordering.options})
+        order = ordering.build(
+            cfg.ordering.name,
+            data.train[0].shape[0],
+            k,
+            **{"batch_size": cfg.batch_size, "seed": cfg.seed, **cfg.ordering.options},
+        )
     except (ValueError, TypeError) as exc:
         raise UserError(f"ordering: {exc}") from None
     if cfg.task_weights is not None and len(cfg.task_weights) != k:
-        raise UserError(f"task_weights has {len(cfg.task_weights)} entries for {k} tasks ({', '.join(data.task_names)})")
+        raise UserError(
+            f"task_weights has {len(cfg.task_weights)} entries for {k} tasks ({', '.join(data.task_names)})"
+        )
     torch.manual_seed(cfg.seed)
     model = MultiHeadMLP(data.in_dim, cfg.model.hidden, data.specs).to(device)
     if cfg.optim.name == "adam":
         opt = torch.optim.Adam(model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     else:
-        opt = torch.optim.SGD(model.parameters(), lr=cfg.optim.lr, momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay)
-    adapter = SupervisedMTL(model, agg, opt, shared="trunk", loss_fn=MultiTaskLoss(data.specs),
-                            task_weights=cfg.task_weights, max_grad_norm=cfg.max_grad_norm,
-                            keep_task_grads=order.needs_gradients)
+        opt = torch.optim.SGD(
+            model.parameters(), lr=cfg.optim.lr, momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay
+        )
+    adapter = SupervisedMTL(
+        model,
+        agg,
+        opt,
+        shared="trunk",
+        loss_fn=MultiTaskLoss(data.specs),
+        task_weights=cfg.task_weights,
+        max_grad_norm=cfg.max_grad_norm,
+        keep_task_grads=order.needs_gradients,
+    )
     return data, adapter, order
 
 

@@ -13,13 +13,27 @@ ENGINES = ("local", "ray")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("spec", help="sweep spec, e.g. configs/sweeps/point_mass_aggregators.yaml (keys: docs/sweeps.md)")
-    parser.add_argument("--engine", choices=ENGINES, default="local",
-                        help="local: a process pool on this machine (default); ray: Ray tasks, on a cluster with --address")
-    parser.add_argument("--address", default=None, metavar="ADDR",
-                        help="Ray cluster to join (`auto`: the one `ray start --head` started here); default: a local Ray instance")
-    parser.add_argument("--max-parallel", type=int, default=None, metavar="N", help="at most N runs at a time (default: as many as fit)")
-    parser.add_argument("--dry-run", action="store_true", help="print the cells and what each needs next; run and write nothing")
+    parser.add_argument(
+        "spec", help="sweep spec, e.g. configs/sweeps/point_mass_aggregators.yaml (keys: docs/sweeps.md)"
+    )
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="local",
+        help="local: a process pool on this machine (default); ray: Ray tasks, on a cluster with --address",
+    )
+    parser.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="Ray cluster to join (`auto`: the one `ray start --head` started here); default: a local Ray instance",
+    )
+    parser.add_argument(
+        "--max-parallel", type=int, default=None, metavar="N", help="at most N runs at a time (default: as many as fit)"
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the cells and what each needs next; run and write nothing"
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar (one line per event instead)")
 
 
@@ -53,11 +67,21 @@ def main(args) -> int:
 def run(folder, spec, cells, engine, args) -> int:
     from morl.runners.sweep.scheduler import Scheduler
 
-    print(f"morl sweep: {folder}: {len(cells)} cells on {engine.name} "
-          f"({min(engine.capacity, args.max_parallel or engine.capacity, len(cells))} at a time)", flush=True)
-    scheduler = Scheduler(folder, cells, engine, max_retries=spec.max_retries, threads=spec.resources.cpus,
-                          gpus=spec.resources.gpus, max_parallel=args.max_parallel,
-                          progress=False if args.no_progress else None)
+    print(
+        f"morl sweep: {folder}: {len(cells)} cells on {engine.name} "
+        f"({min(engine.capacity, args.max_parallel or engine.capacity, len(cells))} at a time)",
+        flush=True,
+    )
+    scheduler = Scheduler(
+        folder,
+        cells,
+        engine,
+        max_retries=spec.max_retries,
+        threads=spec.resources.cpus,
+        gpus=spec.resources.gpus,
+        max_parallel=args.max_parallel,
+        progress=False if args.no_progress else None,
+    )
     code = scheduler.run()
     for line in scheduler.status.summary():
         print(line, file=sys.stderr if code else sys.stdout)
@@ -97,7 +121,9 @@ def print_cells(folder, cells) -> None:
     width = max(len(c.name) for c in cells)
     for cell in cells:
         action = next_action(folder / cell.run_dir)
-        print(f"  {cell.name:<{width}}  {action:<8}  morl {shlex.join([cell.command, _short(cell.config), *cell.overrides])}")
+        print(
+            f"  {cell.name:<{width}}  {action:<8}  morl {shlex.join([cell.command, _short(cell.config), *cell.overrides])}"
+        )
 
 
 def _short(path: str) -> str:

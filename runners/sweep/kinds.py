@@ -7,12 +7,24 @@ from pathlib import Path
 
 from morl.runners.errors import UserError
 
-COMMAND_KIND: dict[str, str] = {"train": "rl", "supervised": "supervised", "forum": "forum", "fl": "fl", "prompt": "prompt"}
+COMMAND_KIND: dict[str, str] = {
+    "train": "rl",
+    "supervised": "supervised",
+    "forum": "forum",
+    "fl": "fl",
+    "prompt": "prompt",
+}
 KIND_COMMAND: dict[str, str] = {kind: command for command, kind in COMMAND_KIND.items()}
 
 # RL keeps run settings in a `run` section; federated learning keeps them in `train` (its
 # `data.seed` draws the clients' data, which a seed sweep should keep fixed).
-SEED_KEY: dict[str, str] = {"rl": "run.seed", "supervised": "seed", "forum": "seed", "fl": "train.seed", "prompt": "seed"}
+SEED_KEY: dict[str, str] = {
+    "rl": "run.seed",
+    "supervised": "seed",
+    "forum": "seed",
+    "fl": "train.seed",
+    "prompt": "seed",
+}
 
 
 def seed_key(command: str) -> str:

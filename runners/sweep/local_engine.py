@@ -29,7 +29,9 @@ class LocalEngine:
         out = []
         for future in done:
             error = future.exception()
-            out.append((future, None if error else future.result(), f"{type(error).__name__}: {error}" if error else ""))
+            out.append(
+                (future, None if error else future.result(), f"{type(error).__name__}: {error}" if error else "")
+            )
         return out
 
     def close(self) -> None:

@@ -40,7 +40,9 @@ def write_manifest(folder: Path, spec: SweepSpec, cells: list[Cell]) -> Path:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"cannot create the sweep directory {str(folder)!r} ({exc.strerror}); set a writable out_dir") from None
+        raise UserError(
+            f"cannot create the sweep directory {str(folder)!r} ({exc.strerror}); set a writable out_dir"
+        ) from None
     atomic_write_text(folder / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return folder / MANIFEST
 
@@ -54,15 +56,19 @@ def check_manifest(folder: Path, cells: list[Cell]) -> None:
     for cell in old.get("cells", []):
         name = cell.get("name")
         if name not in new:
-            raise UserError(f"the spec no longer has cell {name!r} that {folder} holds; "
-                            "restore the spec, or give the sweep a new name or out_dir")
+            raise UserError(
+                f"the spec no longer has cell {name!r} that {folder} holds; "
+                "restore the spec, or give the sweep a new name or out_dir"
+            )
         now = new[name]
         was = (cell.get("command"), cell.get("config"), list(cell.get("overrides", [])))
         if was != (now.command, now.config, list(now.overrides)):
             then, there = _shown(str(was[1]), now.config)
-            raise UserError(f"cell {name!r} of {folder} ran `{was[0]} {then} {' '.join(was[2])}`, "
-                            f"the spec now gives `{now.command} {there} {' '.join(now.overrides)}`; "
-                            "give the sweep a new name or out_dir (or run it from the directory it was started in)")
+            raise UserError(
+                f"cell {name!r} of {folder} ran `{was[0]} {then} {' '.join(was[2])}`, "
+                f"the spec now gives `{now.command} {there} {' '.join(now.overrides)}`; "
+                "give the sweep a new name or out_dir (or run it from the directory it was started in)"
+            )
 
 
 def _shown(then: str, now: str) -> tuple[str, str]:
@@ -79,7 +85,9 @@ def claim_sweep(folder: Path) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(f"cannot create the sweep directory {str(folder)!r} ({exc.strerror}); set a writable out_dir") from None
+        raise UserError(
+            f"cannot create the sweep directory {str(folder)!r} ({exc.strerror}); set a writable out_dir"
+        ) from None
     key = str(folder.resolve())
     if key not in _held:
         _held[key] = acquire(folder / LOCK, f"sweep {str(folder)!r}", "wait for that morl sweep or stop it first")

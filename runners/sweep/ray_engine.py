@@ -27,8 +27,10 @@ class RayEngine:
         try:
             self._init(address)
         except ConnectionError as exc:
-            raise UserError(f"cannot join the Ray cluster at {address!r} ({str(exc).splitlines()[0]}); "
-                            "start one with `ray start --head` or leave out --address for a local Ray instance") from None
+            raise UserError(
+                f"cannot join the Ray cluster at {address!r} ({str(exc).splitlines()[0]}); "
+                "start one with `ray start --head` or leave out --address for a local Ray instance"
+            ) from None
         self.capacity = self._capacity(cpus_per_run, gpus_per_run)
         # Ray must not re-run a task itself: retries are the sweep's, decided from the run directory.
         self.task = ray.remote(num_cpus=cpus_per_run, num_gpus=gpus_per_run, max_retries=0)(run_job)
@@ -51,8 +53,10 @@ class RayEngine:
             fits = min(fits, int(total.get("GPU", 0) // gpus))
         if fits < 1:
             self.close()
-            raise UserError(f"the Ray cluster cannot fit one run (resources: cpus={cpus}, gpus={gpus:g}; "
-                            f"cluster: {total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs); lower resources")
+            raise UserError(
+                f"the Ray cluster cannot fit one run (resources: cpus={cpus}, gpus={gpus:g}; "
+                f"cluster: {total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs); lower resources"
+            )
         return fits
 
     def submit(self, job: Job):

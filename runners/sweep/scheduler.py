@@ -26,19 +26,40 @@ from morl.runners.sweep.worker import POLL_SECONDS, Job
 BUSY_POLL_SECONDS = 2.0  # how often a run held by an earlier sweep's process is looked at again
 
 
-def job_for(folder: Path, cell: Cell, action: str, stop: SweepStop, threads: int, gpus: float, program: tuple[str, ...]) -> Job:
+def job_for(
+    folder: Path, cell: Cell, action: str, stop: SweepStop, threads: int, gpus: float, program: tuple[str, ...]
+) -> Job:
     run_dir = str((folder / cell.run_dir).resolve())
     if action == START:
         args = (cell.command, cell.config, *cell.overrides, "--run-dir", run_dir, "--no-progress")
     else:
         args = ("resume", run_dir, "--no-progress")
-    return Job(cell.name, args, os.getcwd(), str(log_path(folder, cell).resolve()), str(stop.path.resolve()), threads,
-               gpus == 0, program)
+    return Job(
+        cell.name,
+        args,
+        os.getcwd(),
+        str(log_path(folder, cell).resolve()),
+        str(stop.path.resolve()),
+        threads,
+        gpus == 0,
+        program,
+    )
 
 
 class Scheduler:
-    def __init__(self, folder: Path, cells: list[Cell], engine, *, max_retries: int, threads: int, gpus: float = 0.0,
-                 max_parallel: int | None = None, program: tuple[str, ...] = (), progress: bool | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        cells: list[Cell],
+        engine,
+        *,
+        max_retries: int,
+        threads: int,
+        gpus: float = 0.0,
+        max_parallel: int | None = None,
+        program: tuple[str, ...] = (),
+        progress: bool | None = None,
+    ) -> None:
         self.folder, self.cells, self.engine = folder, cells, engine
         self.max_retries, self.threads, self.gpus, self.program = max_retries, threads, gpus, program
         self.slots = min(engine.capacity, max_parallel or math.inf, len(cells)) or 1
@@ -126,7 +147,9 @@ class Scheduler:
                 # a signal to this run alone (kill -INT/-TERM PID): it checkpointed and said so in
                 # run.json; a retry would undo what someone asked for. The next sweep resumes it.
                 self.status.set(cell.name, "interrupted")
-                self._show(f"{cell.name} stopped by a signal to its run (exit status {code}); the next morl sweep resumes it")
+                self._show(
+                    f"{cell.name} stopped by a signal to its run (exit status {code}); the next morl sweep resumes it"
+                )
             else:
                 self._failed(cell, code, error, queue)
         self._show()

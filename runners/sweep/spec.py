@@ -40,10 +40,18 @@ class SweepSpec:
 
     def as_dict(self) -> dict[str, Any]:
         """The spec as written into manifest.json."""
-        return {"name": self.name, "out_dir": self.out_dir, "base": list(self.bases), "command": self.command,
-                "grid": self.grid, "list": [dict(e) for e in self.entries], "seeds": list(self.seeds),
-                "overrides": self.overrides, "resources": {"cpus": self.resources.cpus, "gpus": self.resources.gpus},
-                "max_retries": self.max_retries}
+        return {
+            "name": self.name,
+            "out_dir": self.out_dir,
+            "base": list(self.bases),
+            "command": self.command,
+            "grid": self.grid,
+            "list": [dict(e) for e in self.entries],
+            "seeds": list(self.seeds),
+            "overrides": self.overrides,
+            "resources": {"cpus": self.resources.cpus, "gpus": self.resources.gpus},
+            "max_retries": self.max_retries,
+        }
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -86,7 +94,9 @@ def _bases(value: Any, where: str) -> tuple[str, ...]:
         raise UserError(f"{where}: base must be a config path or a non-empty list of config paths, got {value!r}")
     for base in bases:
         if not Path(base).is_file():
-            raise UserError(f"{where}: base config {base!r} does not exist (paths are relative to the current directory)")
+            raise UserError(
+                f"{where}: base config {base!r} does not exist (paths are relative to the current directory)"
+            )
     if len({Path(b).stem for b in bases}) != len(bases):
         raise UserError(f"{where}: base configs must have different file names (they name the cells), got {bases}")
     return tuple(bases)
@@ -132,8 +142,11 @@ def _entries(value: Any, where: str) -> tuple[dict[str, Any], ...]:
 def _seeds(value: Any, where: str) -> tuple[int, ...]:
     if value is None:
         return ()
-    if (not isinstance(value, list) or not value
-            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)):
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
+    ):
         raise UserError(f"{where}: seeds must be a non-empty list of integers >= 0, got {value!r}")
     if len(set(value)) != len(value):
         raise UserError(f"{where}: seeds lists a seed twice: {value!r}")

@@ -28,8 +28,12 @@ class SweepStatus:
         self.folder, self.engine = folder, engine
         old = _read(folder / STATUS).get("cells", {})
         self.cells: dict[str, dict[str, Any]] = {
-            c.name: {"status": "pending", "run_dir": c.run_dir, "log": str(log_path(folder, c).relative_to(folder)),
-                     "attempts": list(old.get(c.name, {}).get("attempts", []))}
+            c.name: {
+                "status": "pending",
+                "run_dir": c.run_dir,
+                "log": str(log_path(folder, c).relative_to(folder)),
+                "attempts": list(old.get(c.name, {}).get("attempts", [])),
+            }
             for c in cells
         }
 
@@ -39,8 +43,13 @@ class SweepStatus:
 
     def attempt(self, name: str, action: str, started: float, exit_status: int | None, error: str = "") -> None:
         """Record one attempt (``start`` or ``resume``) that has ended."""
-        record = {"action": action, "engine": self.engine, "started": _stamp(started), "ended": _stamp(time.time()),
-                  "exit_status": exit_status}
+        record = {
+            "action": action,
+            "engine": self.engine,
+            "started": _stamp(started),
+            "ended": _stamp(time.time()),
+            "exit_status": exit_status,
+        }
         if error:
             record["error"] = error
         self.cells[name]["attempts"].append(record)
@@ -51,7 +60,12 @@ class SweepStatus:
     def save(self) -> None:
         from morl.runners.checkpoint import atomic_write_text
 
-        doc = {"updated": _stamp(time.time()), "engine": self.engine, "counts": dict(self.counts()), "cells": self.cells}
+        doc = {
+            "updated": _stamp(time.time()),
+            "engine": self.engine,
+            "counts": dict(self.counts()),
+            "cells": self.cells,
+        }
         atomic_write_text(self.folder / STATUS, json.dumps(doc, indent=2) + "\n")
 
     def summary(self) -> list[str]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import signal
 import sys
 import time
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from morl.runners.interrupts import DUPLICATE_SECONDS, signals_to
@@ -39,8 +39,12 @@ class SweepStop:
         if not self.requested:
             self._first_at = time.monotonic()
             self.request("term")
-            print(f"\nmorl sweep: {name} received: each run writes a checkpoint and stops "
-                  "(send it again to stop them at once)", file=sys.stderr, flush=True)
+            print(
+                f"\nmorl sweep: {name} received: each run writes a checkpoint and stops "
+                "(send it again to stop them at once)",
+                file=sys.stderr,
+                flush=True,
+            )
         elif time.monotonic() - self._first_at >= DUPLICATE_SECONDS:
             self.request("kill")
             print(f"\nmorl sweep: {name} received again: stopping every run now", file=sys.stderr, flush=True)

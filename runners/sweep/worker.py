@@ -32,25 +32,41 @@ class Job:
     log: str
     stop_file: str
     threads: int  # OMP_NUM_THREADS of the run
-    hide_gpus: bool = False  # resources.gpus == 0: the run sees no GPU (what Ray does for such tasks, here on both engines)
+    hide_gpus: bool = (
+        False  # resources.gpus == 0: the run sees no GPU (what Ray does for such tasks, here on both engines)
+    )
     program: tuple[str, ...] = ()  # default: the `morl` of the Python running this (tests put a stand-in here)
 
 
 def run_job(job: Job) -> int:
     """Run the job to its end (or until a stop request) and return its exit status."""
     program = list(job.program) or [sys.executable, "-m", "morl.runners.cli"]
-    env = {**os.environ, "OMP_NUM_THREADS": str(job.threads), "MKL_NUM_THREADS": str(job.threads), "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(job.threads),
+        "MKL_NUM_THREADS": str(job.threads),
+        "PYTHONUNBUFFERED": "1",
+    }
     if job.hide_gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""
     Path(job.log).parent.mkdir(parents=True, exist_ok=True)
     with open(job.log, "a", encoding="utf-8") as log:
-        log.write(f"==== morl sweep {time.strftime('%Y-%m-%dT%H:%M:%S%z')} on {socket.gethostname()}: "
-                  f"morl {shlex.join(job.args)}\n")
+        log.write(
+            f"==== morl sweep {time.strftime('%Y-%m-%dT%H:%M:%S%z')} on {socket.gethostname()}: "
+            f"morl {shlex.join(job.args)}\n"
+        )
         log.flush()
         # A session of its own: a Ctrl-C at the terminal reaches the sweep driver only, which
         # then stops every run the same way on both engines.
-        proc = subprocess.Popen(program + list(job.args), cwd=job.cwd, env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            program + list(job.args),
+            cwd=job.cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         code = _wait(proc, Path(job.stop_file))
         log.write(f"==== exit status {code}\n")
     return code

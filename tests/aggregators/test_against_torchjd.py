@@ -11,7 +11,9 @@ from morl.aggregators import build
 
 def _jacobian(seed, k, d, shared=0.4, dtype=torch.float64):
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + shared * torch.randn(1, d, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + shared * torch.randn(
+        1, d, generator=gen, dtype=torch.float64
+    )
     return j.to(dtype)
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from aggregator_cases import CASES, all_configs
 from jacobians import controlled
+
 from morl.aggregators import Aggregator, available, build
 
 CONFIGS = all_configs()
@@ -48,10 +48,16 @@ def test_is_a_module_with_state_in_buffers(name, options, case, gen):
         assert any(v is not None for _, v in agg.named_buffers()), "a stateful method keeps its state in buffers"
 
 
-@pytest.mark.parametrize("name, counted", [
-    ("excess_mtl", {"calls": 3}), ("nash_mtl", {"step": 3}), ("epo_al", {"steps": 3}), ("moco", {"k": 3}),
-    ("dwa", {"calls": 0, "periods": 3}),  # every=1: each call closes its period
-])
+@pytest.mark.parametrize(
+    "name, counted",
+    [
+        ("excess_mtl", {"calls": 3}),
+        ("nash_mtl", {"step": 3}),
+        ("epo_al", {"steps": 3}),
+        ("moco", {"k": 3}),
+        ("dwa", {"calls": 0, "periods": 3}),  # every=1: each call closes its period
+    ],
+)
 def test_call_counters_keep_their_checkpoint_keys(name, counted, gen):
     # the counters' extra-state keys are what checkpoints hold (morl/aggregators/_counters.py):
     # they count the calls, survive a load and go back to 0 on reset()
@@ -93,7 +99,11 @@ def test_skip_policy_zeroes_the_step_and_keeps_the_state(name, options, case, ge
         bad[2, 3] = float("nan")
         out = _call(agg, bad)
         assert torch.equal(out, torch.zeros_like(out))
-        after = {k: v for k, v in agg.state_dict().items() if isinstance(v, torch.Tensor) and k.split(".")[-1] not in Aggregator._COUNTERS}
+        after = {
+            k: v
+            for k, v in agg.state_dict().items()
+            if isinstance(v, torch.Tensor) and k.split(".")[-1] not in Aggregator._COUNTERS
+        }
         for key, value in after.items():
             if key in before:
                 assert torch.equal(value, before[key]), key
@@ -126,6 +136,7 @@ def test_non_finite_output_follows_the_policy():
     assert torch.equal(agg(j), torch.zeros(3)) and torch.equal(agg(j), torch.zeros(3))
     assert agg.stats["nonfinite_steps"].item() == 2 and agg.stats["nonfinite_steps"].dtype == torch.int64
     assert torch.isnan(_BrokenMethod(check_finite="off")(j)).all()
+
 
 def test_a_non_finite_loss_zeroes_the_step_and_the_weights():
     """Mean ignores the losses, so its direction stays finite: only the loss check can skip it."""
@@ -280,7 +291,6 @@ def test_an_overflow_of_finite_rows_is_not_blamed_on_a_row():
     rows = torch.tensor([[3e38, 1.0], [3e38, 1.0]], dtype=torch.float32)
     with pytest.raises(ValueError, match="Mean produced a non-finite direction from finite gradients"):
         build("mean", reduction="sum")(rows)
-
 
 
 @pytest.mark.parametrize("mode", ["raise", "skip", "off"])

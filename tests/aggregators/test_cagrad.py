@@ -12,10 +12,10 @@ import cvxpy as cp
 import numpy as np
 import pytest
 import torch
+from jacobians import cases, controlled, randomly_spread
 
 import morl
 import morl.aggregators.cagrad as cagrad_module
-from jacobians import cases, controlled, randomly_spread
 from morl.aggregators import build
 from morl.aggregators.cagrad import cagrad_dual_solve
 from morl.solvers.gramian import gramian
@@ -101,9 +101,12 @@ def test_cagrad_fixed_matrices(dtype):
     # opposite rows (stationary): c ≥ 1 returns 0, which scores 0 = the optimum
     torch.testing.assert_close(build("cagrad", c=1.5)(t([[1.0, 2.0], [-2.0, -4.0]])), t([0.0, 0.0]))
 
+
 def _jacobian(seed, k, d, scale):
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + 0.4 * torch.randn(1, d, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + 0.4 * torch.randn(
+        1, d, generator=gen, dtype=torch.float64
+    )
     return j * scale
 
 
@@ -129,6 +132,7 @@ def test_cagrad_agrees_with_cvxpy(k, c):
         d1 = build("cagrad", c=c)(j).numpy()
         np.testing.assert_allclose(d1, ref / (1 + c**2), rtol=1e-4, atol=1e-4 * np.abs(ref).max())
 
+
 def _dual_objective(gram: torch.Tensor, w: torch.Tensor, c: float) -> float:
     b = gram.mean(-1)
     r = c * b.mean().clamp(min=0).sqrt()
@@ -141,7 +145,9 @@ def _instances(seed: int):
     for i in range(40):
         k = 2 + i % 9
         d = (3, k, 40)[i % 3]
-        j = torch.randn(k, d, generator=gen, dtype=torch.float64) + (0.0, 0.5, 2.0)[i % 3] * torch.randn(1, d, generator=gen, dtype=torch.float64)
+        j = torch.randn(k, d, generator=gen, dtype=torch.float64) + (0.0, 0.5, 2.0)[i % 3] * torch.randn(
+            1, d, generator=gen, dtype=torch.float64
+        )
         if i % 5 == 0:
             j[1] = j[0]
         if i % 7 == 0:
@@ -153,14 +159,18 @@ def _instances(seed: int):
 @pytest.mark.parametrize("k", [3, 6, 10])
 def test_exact_dual_matches_cvxpy(k):
     gen = torch.Generator().manual_seed(k)
-    j = torch.randn(k, 4 * k, generator=gen, dtype=torch.float64) + 0.4 * torch.randn(1, 4 * k, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, 4 * k, generator=gen, dtype=torch.float64) + 0.4 * torch.randn(
+        1, 4 * k, generator=gen, dtype=torch.float64
+    )
     gram = j @ j.T
     gram = gram / gram.diagonal().max()
     _, w = cagrad_dual_exact(gram, 0.9)
     jn = j.numpy() / np.sqrt(float(torch.diagonal(j @ j.T).max()))
     g0 = jn.mean(0)
     x = cp.Variable(k)
-    problem = cp.Problem(cp.Minimize(x @ (jn @ g0) + 0.9 * np.linalg.norm(g0) * cp.norm(jn.T @ x)), [x >= 0, cp.sum(x) == 1])
+    problem = cp.Problem(
+        cp.Minimize(x @ (jn @ g0) + 0.9 * np.linalg.norm(g0) * cp.norm(jn.T @ x)), [x >= 0, cp.sum(x) == 1]
+    )
     problem.solve()
     assert abs(_dual_objective(gram, w, 0.9) - problem.value) <= 1e-6
     assert _dual_objective(gram, w, 0.9) <= problem.value + 1e-9 or np.allclose(w.numpy(), x.value, atol=1e-4)
@@ -182,7 +192,9 @@ def test_a_batch_of_gramians_is_solved_as_each_one_alone(c):
     and the K = 12 path (start, FISTA, support solve) gives each problem's own answer: the
     masks, reductions and gathers keep the batch apart."""
     gen = torch.Generator().manual_seed(12)
-    jacobians = torch.randn(6, 12, 30, generator=gen, dtype=torch.float64) + torch.randn(6, 1, 30, generator=gen, dtype=torch.float64)
+    jacobians = torch.randn(6, 12, 30, generator=gen, dtype=torch.float64) + torch.randn(
+        6, 1, 30, generator=gen, dtype=torch.float64
+    )
     gram_12 = jacobians @ jacobians.mT
     for k in (8, 10, 12):
         grams = [gram for seed in range(3) for gram in _instances(seed) if gram.shape[-1] == k] or list(gram_12)
@@ -225,9 +237,12 @@ def test_the_duality_gap_certifies_the_optimum_and_nothing_far_from_it(c):
             assert gap <= 1e-6 * float(b.abs().max() + r), gap
         uniform = torch.full_like(w_star, 1.0 / len(w_star))
         if _dual_objective(gram, uniform, c) - _dual_objective(gram, w_star, c) > 1e-3 * float(b.abs().max() + r):
-            assert not bool(_certified(g, b, r, uniform, primal_weights(g, r, uniform, c, ridge, gram.dtype), ridge, tol))
+            assert not bool(
+                _certified(g, b, r, uniform, primal_weights(g, r, uniform, c, ridge, gram.dtype), ridge, tol)
+            )
             checked += 1
     assert checked >= 20 and missed <= 2, (checked, missed)
+
 
 #: Deficit t* − min_i g_i·d allowed for a solve reported converged, rows scaled to a largest
 #: norm of 1. Measured over seeds 0-9 (3400 directions per dtype): float32 ≤ 7.0e-4 (the property
@@ -394,8 +409,11 @@ def test_a_batch_of_stationary_problems_is_certified_member_by_member(dtype, c):
     rows."""
     gen = torch.Generator().manual_seed(7)
     k = 12
-    jacobians = [randomly_spread(gen, k, 64, rank, 0.0, stationary=stationary)
-                 for rank in (2, 6, 12) for stationary in (True, False)]
+    jacobians = [
+        randomly_spread(gen, k, 64, rank, 0.0, stationary=stationary)
+        for rank in (2, 6, 12)
+        for stationary in (True, False)
+    ]
     grams = torch.stack([gramian(j.to(dtype)) for j in jacobians])
     grams = grams / torch.diagonal(grams, dim1=-2, dim2=-1).amax(-1)[:, None, None]
     weights, _, converged = cagrad_dual_solve(grams, c)
@@ -405,17 +423,22 @@ def test_a_batch_of_stationary_problems_is_certified_member_by_member(dtype, c):
             assert bool(converged[i]) == bool(converged_i), i
         d_i = weights[i] @ jacobians[i].to(weights)
         scale = float(jacobians[i].norm(dim=1).max())
-        assert float((d_i - weights_i @ jacobians[i].to(weights)).norm()) <= (1e-3 if dtype == torch.float32 else 1e-6) * scale
+        assert (
+            float((d_i - weights_i @ jacobians[i].to(weights)).norm())
+            <= (1e-3 if dtype == torch.float32 else 1e-6) * scale
+        )
         if i % 2 == 0:  # stationary: 0 is the optimum and is returned as such
             assert not bool(weights[i].any()) and not bool(weights_i.any()), i
     if dtype == torch.float64:
         assert bool(converged[0::2].all())  # the stationary members: certified
 
+
 def _gram(k: int, seed: int, dtype=torch.float64) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, 3 * k, generator=gen, dtype=torch.float64) + 0.5 * torch.randn(1, 3 * k, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, 3 * k, generator=gen, dtype=torch.float64) + 0.5 * torch.randn(
+        1, 3 * k, generator=gen, dtype=torch.float64
+    )
     return (j @ j.T).to(dtype)
-
 
 
 def test_documented_defaults():
@@ -470,7 +493,6 @@ def test_iterative_dual_with_its_defaults_matches_cvxpy(seed):
     assert abs(ours - problem.value) <= 1e-7
     # and the solve says so: these well-conditioned Gramians converge (seeds 0-19 all do)
     assert bool(cagrad_dual_solve(gram, c)[2])
-
 
 
 def test_not_converged_counts_solves_stopped_early(gen):

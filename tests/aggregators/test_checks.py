@@ -68,7 +68,10 @@ MAX_ITER = [name for name in available() if "max_iter" in options_of(name)]
 @pytest.mark.parametrize("name", MAX_ITER)
 def test_one_iteration_is_a_valid_max_iter_and_zero_is_not(name):
     build(name, max_iter=1)
-    with pytest.raises(ValueError, match=rf"^{aggregator_class(name).__name__} option max_iter=0 is not valid; allowed: a finite int >= 1$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{aggregator_class(name).__name__} option max_iter=0 is not valid; allowed: a finite int >= 1$",
+    ):
         build(name, max_iter=0)
 
 
@@ -76,7 +79,10 @@ def test_one_iteration_is_a_valid_max_iter_and_zero_is_not(name):
 def test_a_zero_divisor_is_refused(name, key):
     """DWA's T and STCH's μ divide the losses: 0 is refused (strictly positive), 1e-3 accepted."""
     build(name, **{key: 1e-3})
-    with pytest.raises(ValueError, match=rf"^{aggregator_class(name).__name__} option {key}=0 is not valid; allowed: a finite number > 0$"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{aggregator_class(name).__name__} option {key}=0 is not valid; allowed: a finite number > 0$",
+    ):
         build(name, **{key: 0})
 
 
@@ -88,10 +94,7 @@ def test_losses_and_log_variances_may_be_negative():
 
 
 BOOLEAN = [
-    (name, key)
-    for name in available()
-    for key, default in options_of(name).items()
-    if isinstance(default, bool)
+    (name, key) for name in available() for key, default in options_of(name).items() if isinstance(default, bool)
 ]
 
 
@@ -104,7 +107,11 @@ def test_a_switch_refuses_anything_but_true_or_false(name, key):
 
 #: values outside an option's range (beyond NaN, above), with the line each must raise
 OUT_OF_RANGE = [
-    ("excess_mtl", {"robust_step_size": 0.0}, r"ExcessMTL option robust_step_size=0.0 is not valid; allowed: a finite number > 0"),
+    (
+        "excess_mtl",
+        {"robust_step_size": 0.0},
+        r"ExcessMTL option robust_step_size=0.0 is not valid; allowed: a finite number > 0",
+    ),
     ("excess_mtl", {"warmup": -1}, r"ExcessMTL option warmup=-1 is not valid; allowed: a finite int >= 0"),
     ("excess_mtl", {"warmup": 1.5}, r"warmup=1.5 is not valid"),
     ("pcd", {"tau": 1.5}, r"PCD option tau=1.5 is not valid; allowed: a number in \[0, 1\] or a list of them"),
@@ -115,7 +122,9 @@ OUT_OF_RANGE = [
 ]
 
 
-@pytest.mark.parametrize("name, options, message", OUT_OF_RANGE, ids=[f"{n}-{next(iter(o))}" for n, o, _ in OUT_OF_RANGE])
+@pytest.mark.parametrize(
+    "name, options, message", OUT_OF_RANGE, ids=[f"{n}-{next(iter(o))}" for n, o, _ in OUT_OF_RANGE]
+)
 def test_a_value_out_of_range_names_what_is_allowed(name, options, message):
     with pytest.raises(ValueError, match=message):
         build(name, **options)

@@ -17,7 +17,9 @@ def _calls(seed, k=4, d=9, n=5):
     gen = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n):
-        j = torch.randn(k, d, generator=gen, dtype=torch.float64) - 0.4 * torch.randn(1, d, generator=gen, dtype=torch.float64)
+        j = torch.randn(k, d, generator=gen, dtype=torch.float64) - 0.4 * torch.randn(
+            1, d, generator=gen, dtype=torch.float64
+        )
         losses = torch.rand(k, generator=gen, dtype=torch.float64) + 0.5
         out.append((j, losses))
     return out
@@ -43,7 +45,14 @@ def test_alpha_zero_is_the_base(base):
             assert torch.equal(agg.weights, twin.weights.to(j))
 
 
-RECURSION = [("mgda", {}), ("cagrad", {"c": 0.4}), ("pcgrad", {"seed": 3}), ("epo_al", {}), ("upgrad", {}), ("krum", {"m": 2})]
+RECURSION = [
+    ("mgda", {}),
+    ("cagrad", {"c": 0.4}),
+    ("pcgrad", {"seed": 3}),
+    ("epo_al", {}),
+    ("upgrad", {}),
+    ("krum", {"m": 2}),
+]
 
 
 @pytest.mark.parametrize("base, options", [(b, o) for b, o in RECURSION if b in available()])
@@ -82,7 +91,9 @@ def test_hand_computed_two_calls():
     """MGDA on diag(2, 1): λ̂ = (0.2, 0.8); on diag(1, 1): λ̂ = (0.5, 0.5). α = 0.5:
     λ_2 = (0.35, 0.65), d_2 = (0.35, 0.65)."""
     agg = build("cr_mogm", base="mgda", alpha=0.5)
-    torch.testing.assert_close(agg(torch.diag(torch.tensor([2.0, 1.0], dtype=torch.float64))), torch.tensor([0.4, 0.8], dtype=torch.float64))
+    torch.testing.assert_close(
+        agg(torch.diag(torch.tensor([2.0, 1.0], dtype=torch.float64))), torch.tensor([0.4, 0.8], dtype=torch.float64)
+    )
     torch.testing.assert_close(agg(torch.eye(2, dtype=torch.float64)), torch.tensor([0.35, 0.65], dtype=torch.float64))
 
 
@@ -109,8 +120,13 @@ def test_refuses_bases_whose_direction_is_not_weighted(base):
 
 
 def test_options_and_state():
-    for bad, match in (({"alpha": 1.5}, "alpha"), ({"alpha": -0.1}, "alpha"), ({"base": "nope"}, "base"),
-                       ({"base_options": {"c": 0.5}}, "base_options"), ({"base_options": [1]}, "base_options")):
+    for bad, match in (
+        ({"alpha": 1.5}, "alpha"),
+        ({"alpha": -0.1}, "alpha"),
+        ({"base": "nope"}, "base"),
+        ({"base_options": {"c": 0.5}}, "base_options"),
+        ({"base_options": [1]}, "base_options"),
+    ):
         with pytest.raises(ValueError, match=f"CRMOGM option {match}"):
             build("cr_mogm", **bad)
     agg = build("cr_mogm", base="pcgrad")

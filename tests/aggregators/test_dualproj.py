@@ -16,7 +16,9 @@ J_BASE = torch.tensor([[-4.0, 1.0, 1.0], [6.0, 1.0, 1.0]], dtype=torch.float64) 
 
 def _jacobian(seed, k, d, rank):
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(rank, d, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(
+        rank, d, generator=gen, dtype=torch.float64
+    )
     return j + 0.5 * torch.randn(k, 1, generator=gen, dtype=torch.float64) @ j[:1]  # a shared direction: mixed signs
 
 
@@ -66,7 +68,9 @@ def test_dualproj_never_conflicts_with_any_row():
 def test_dualproj_at_a_weakly_stationary_point_projects_the_mean():
     """g1 = −g2, g3 ⟂ both: the mean g3/3 lies in the dual cone {x1 = 0, x2 ≥ 0}: d = g3/3."""
     j = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
-    torch.testing.assert_close(build("dualproj")(j), torch.tensor([0.0, 1 / 3], dtype=torch.float64), rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        build("dualproj")(j), torch.tensor([0.0, 1 / 3], dtype=torch.float64), rtol=0, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -84,11 +88,15 @@ def test_dualproj_of_one_row_is_the_row_and_a_zero_row_only_rescales_the_mean(dt
 
 @pytest.mark.parametrize(
     "options, allowed",
-    [({"reg_eps": -1.0}, "a finite number >= 0"), ({"max_iter": 0}, "a finite int >= 1"),
-     ({"max_iter": 2.5}, "a finite int >= 1"), ({"tol": -1e-3}, "a finite number >= 0")],
+    [
+        ({"reg_eps": -1.0}, "a finite number >= 0"),
+        ({"max_iter": 0}, "a finite int >= 1"),
+        ({"max_iter": 2.5}, "a finite int >= 1"),
+        ({"tol": -1e-3}, "a finite number >= 0"),
+    ],
 )
 def test_dualproj_option_errors_name_the_option_and_what_is_allowed(options, allowed):
-    (key, value), = options.items()
+    ((key, value),) = options.items()
     with pytest.raises(ValueError, match=rf"^DualProj option {key}={value!r} is not valid; allowed: {allowed}$"):
         build("dualproj", **options)
 
@@ -103,7 +111,9 @@ def test_dualproj_preference_errors_name_the_method():
 def test_dualproj_options_reach_the_solver(monkeypatch):
     seen = []
     real = dualproj_module.project_to_dual_cone
-    monkeypatch.setattr(dualproj_module, "project_to_dual_cone", lambda g, u, m, t: seen.append((m, t)) or real(g, u, m, t))
+    monkeypatch.setattr(
+        dualproj_module, "project_to_dual_cone", lambda g, u, m, t: seen.append((m, t)) or real(g, u, m, t)
+    )
     j = _jacobian(1, 20, 60, 20)
     build("dualproj")(j)
     build("dualproj", max_iter=7, tol=1e-4)(j)
@@ -113,7 +123,9 @@ def test_dualproj_options_reach_the_solver(monkeypatch):
 
 @pytest.mark.parametrize("k", [5, 12])
 def test_dualproj_weights_of_a_batch_of_gramians_use_each_members_own_trace(k):
-    grams = torch.stack([(j := _jacobian(s, k, 3 * k, k)) @ j.T * scale for s, scale in zip(range(3), (1.0, 1e3, 1e-3))])
+    grams = torch.stack(
+        [(j := _jacobian(s, k, 3 * k, k)) @ j.T * scale for s, scale in zip(range(3), (1.0, 1e3, 1e-3))]
+    )
     batched = build("dualproj", reg_eps=1e-2).weights_from_gramian(grams)
     for member, gram in enumerate(grams):
         alone = build("dualproj", reg_eps=1e-2).weights_from_gramian(gram)

@@ -19,7 +19,7 @@ def _dwa_reference(batches, per_epoch, temperature=2.0):
     buffer, out = [], []
     for start in range(0, len(batches), per_epoch):
         epoch = len(buffer)
-        chunk = [b.numpy() for b in batches[start:start + per_epoch]]
+        chunk = [b.numpy() for b in batches[start : start + per_epoch]]
         for _ in chunk:
             if epoch > 1:
                 r = buffer[epoch - 1] / buffer[epoch - 2] / temperature

@@ -104,7 +104,9 @@ def test_fig1_toy_converges_to_the_epo_point(gen):
         agg = build("epo_al", preference=r, eta=toys.FIG1_ETA, mu=toys.FIG1_MU)
         w = toys.descend(problem, agg, toys.unit_sphere(1, 3, gen)[0], toys.FIG1_MU, 2000)
         assert torch.allclose(w, torch.full((3,), toys.FIG1_SOLUTION_COORD, dtype=torch.float64), atol=2e-6)
-        assert torch.allclose(r * problem.values(w), torch.full((2,), toys.FIG1_MINMAX_VALUE, dtype=torch.float64), atol=2e-6)
+        assert torch.allclose(
+            r * problem.values(w), torch.full((2,), toys.FIG1_MINMAX_VALUE, dtype=torch.float64), atol=2e-6
+        )
         assert torch.allclose(agg.p, torch.tensor(toys.FIG1_DUAL_LIMIT, dtype=torch.float64), atol=2e-5)
         q = agg.p.clamp(min=0)
         assert float((problem.jacobian(w).T @ q).norm()) < 1e-10  # Pareto-stationarity certificate
@@ -134,8 +136,12 @@ def _slsqp_minmax(problem, r, w0):
 
     z0 = np.append(w0.numpy(), float((r * problem.values(w0)).max()))
     res = minimize(
-        lambda z: z[-1], z0, jac=lambda z: np.eye(d + 1)[-1], method="SLSQP",
-        constraints=[{"type": "ineq", "fun": cons, "jac": cons_jac}], options={"maxiter": 500, "ftol": 1e-14},
+        lambda z: z[-1],
+        z0,
+        jac=lambda z: np.eye(d + 1)[-1],
+        method="SLSQP",
+        constraints=[{"type": "ineq", "fun": cons, "jac": cons_jac}],
+        options={"maxiter": 500, "ftol": 1e-14},
     )
     assert res.success, res.message
     return torch.from_numpy(res.x[:d]), float(res.x[-1])

@@ -87,7 +87,9 @@ def test_the_task_with_the_larger_excess_risk_gains_weight():
 def test_a_shape_change_raises_and_reset_starts_over():
     agg = build("excess_mtl")
     agg(torch.ones(2, 3, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"ExcessMTL holds statistics for gradients of shape \(2, 3\) but got \(3, 3\); call reset\(\)"):
+    with pytest.raises(
+        ValueError, match=r"ExcessMTL holds statistics for gradients of shape \(2, 3\) but got \(3, 3\); call reset\(\)"
+    ):
         agg(torch.ones(3, 3, dtype=torch.float64))
     agg.reset()
     assert agg.calls == 0 and agg.sq_sum is None
@@ -104,7 +106,9 @@ def test_a_skipped_call_keeps_the_state_and_the_baseline_unset():
     bad[1, 2] = float("nan")
     agg = build("excess_mtl", check_finite="skip")
     assert torch.equal(agg(bad), torch.zeros(6, dtype=torch.float64))
-    assert agg.alpha.tolist() == pytest.approx([1 / 3] * 3) and torch.equal(agg.sq_sum, torch.full((3, 6), 1e-7, dtype=torch.float64))
+    assert agg.alpha.tolist() == pytest.approx([1 / 3] * 3) and torch.equal(
+        agg.sq_sum, torch.full((3, 6), 1e-7, dtype=torch.float64)
+    )
     assert float(agg.baseline.abs().max()) == 0.0
     fresh = build("excess_mtl")
     torch.testing.assert_close(agg(calls[1]), fresh(calls[1]), rtol=1e-14, atol=0)

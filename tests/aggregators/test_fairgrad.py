@@ -19,13 +19,17 @@ from tests.jacobians import cases, stationary
 
 def _jacobian(seed, k, d, shared=0.3, dtype=torch.float64):
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + shared * torch.randn(1, d, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + shared * torch.randn(
+        1, d, generator=gen, dtype=torch.float64
+    )
     return j.to(dtype)
 
 
 def _small_jacobian(seed: int, k: int, dtype=torch.float64) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, 4 * k, generator=gen, dtype=torch.float64) + 0.3 * torch.randn(1, 4 * k, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, 4 * k, generator=gen, dtype=torch.float64) + 0.3 * torch.randn(
+        1, 4 * k, generator=gen, dtype=torch.float64
+    )
     return j.to(dtype)
 
 
@@ -49,8 +53,14 @@ def test_fairgrad_matches_torchjd_and_a_tight_least_squares(alpha, k):
         d_tj = tj.FairGrad(alpha=alpha)(j)
         assert (d / k - d_tj).norm() <= 1e-6 * d_tj.norm(), seed
         gram = (j @ j.T).numpy()
-        ref = least_squares(lambda x: gram @ x - np.power(x, -1.0 / alpha), np.ones(k) / k, bounds=(0, np.inf),
-                            ftol=1e-15, xtol=1e-15, gtol=1e-15).x
+        ref = least_squares(
+            lambda x: gram @ x - np.power(x, -1.0 / alpha),
+            np.ones(k) / k,
+            bounds=(0, np.inf),
+            ftol=1e-15,
+            xtol=1e-15,
+            gtol=1e-15,
+        ).x
         assert np.abs(w.numpy() / k - ref).max() <= 1e-7 * np.abs(ref).max(), seed
         # the α-fair condition itself (eq. (4))
         wk = w / k
@@ -64,7 +74,9 @@ def test_fairgrad_hand_values_and_scaling_law():
     assert torch.allclose(d, torch.tensor([4 ** (1 / 3), 2.0], dtype=torch.float64), atol=1e-12)
     # α = 1 is Nash-MTL's condition; FairGrad's d carries the authors' factor K
     j = _jacobian(0, 5, 11)
-    assert torch.allclose(_weights("fairgrad", j, max_norm=0.0)[0], 5 * _weights("nash_mtl", j, max_norm=0.0)[0], rtol=1e-9)
+    assert torch.allclose(
+        _weights("fairgrad", j, max_norm=0.0)[0], 5 * _weights("nash_mtl", j, max_norm=0.0)[0], rtol=1e-9
+    )
     # α = 0: linear scalarisation, d = K · mean = sum (TorchJD's convention), then clipped
     assert torch.allclose(_weights("fairgrad", j, alpha=0.0, max_norm=0.0)[1], j.sum(0), atol=1e-12)
     # scaling: w ~ s^(−α/(α+1)) for G → sG, so d(aJ) = a^((1−α)/(1+α)) d(J)
@@ -144,8 +156,11 @@ def test_defaults_and_options_reach_the_solver(monkeypatch):
     assert seen == [(1.0, 50, 1e-8), (2.0 if name == "fairgrad" else 1.0, 7, 1e-3)]
 
 
-@pytest.mark.parametrize("name, options", [("nash_mtl", {}), ("fairgrad", {}), ("fairgrad", {"alpha": 0.0})],
-                         ids=["nash_mtl", "fairgrad", "fairgrad-alpha0"])
+@pytest.mark.parametrize(
+    "name, options",
+    [("nash_mtl", {}), ("fairgrad", {}), ("fairgrad", {"alpha": 0.0})],
+    ids=["nash_mtl", "fairgrad", "fairgrad-alpha0"],
+)
 @pytest.mark.parametrize("batch", [(), (3,)], ids=["one", "batched"])
 def test_weights_come_back_in_the_gramians_dtype_and_shape(name, options, batch):
     """Batched: each member's weights (solved and clipped on its own Gramian) equal a call on

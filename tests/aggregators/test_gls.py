@@ -25,8 +25,6 @@ def test_gls_hand_values_and_no_underflow():
     close(build("gls").loss_weights(small), torch.full((200,), 1.0 / 200, dtype=torch.float64))
 
 
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_gls_floors_non_positive_losses_at_eps_times_the_largest(dtype):
     """A zero or negative loss (an RL actor loss, say) counts as ε·max_k |L_k| (ε of the dtype),

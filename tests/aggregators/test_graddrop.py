@@ -12,7 +12,10 @@ from morl.aggregators import build
 
 def _jacobian(seed, k, d, dtype=torch.float64):
     gen = torch.Generator().manual_seed(seed)
-    return (torch.randn(k, d, generator=gen, dtype=torch.float64) + 0.3 * torch.randn(1, d, generator=gen, dtype=torch.float64)).to(dtype)
+    return (
+        torch.randn(k, d, generator=gen, dtype=torch.float64)
+        + 0.3 * torch.randn(1, d, generator=gen, dtype=torch.float64)
+    ).to(dtype)
 
 
 def _paper(g, u, leak):
@@ -86,7 +89,9 @@ def test_a_mixed_column_keeps_the_sign_its_purity_and_draw_pick():
         d = agg(j)
         positive = bool(u[1] < 1 / 3)
         torch.testing.assert_close(d, torch.tensor([4.0, 1.0 if positive else -2.0], dtype=torch.float64))
-        torch.testing.assert_close(agg.weights, torch.tensor([1 / 3, 1.0] if positive else [1.0, 0.75], dtype=torch.float64))
+        torch.testing.assert_close(
+            agg.weights, torch.tensor([1 / 3, 1.0] if positive else [1.0, 0.75], dtype=torch.float64)
+        )
     assert torch.equal(build("graddrop", leak=1.0, reduction="sum")(j), j.sum(0))  # full leak: the sum
     torch.testing.assert_close(build("graddrop", leak=1.0)(j), j.mean(0))
 

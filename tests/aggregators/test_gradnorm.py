@@ -47,7 +47,9 @@ def test_gradnorm_matches_algorithm_1(seed):
     k, d = 2 + seed, 7
     ref, agg = _GradNormReference(k, 1.5, 0.025), build("gradnorm")
     for losses in loss_sequence(gen, k, 12):
-        grads = torch.randn(k, d, generator=gen, dtype=torch.float64) * torch.rand(k, 1, generator=gen, dtype=torch.float64)
+        grads = torch.randn(k, d, generator=gen, dtype=torch.float64) * torch.rand(
+            k, 1, generator=gen, dtype=torch.float64
+        )
         close(agg(grads, losses), ref.step(grads, losses))
     close(agg.w, ref.w.detach())
 
@@ -63,7 +65,9 @@ def test_gradnorm_matches_algorithm_1_with_long_steps_and_tasks_starting_at_zero
     sequence = loss_sequence(gen, k, 3 * 12)
     sequence[0][0] = 0.0
     for losses in sequence:
-        grads = torch.randn(k, d, generator=gen, dtype=torch.float64) * torch.rand(k, 1, generator=gen, dtype=torch.float64)
+        grads = torch.randn(k, d, generator=gen, dtype=torch.float64) * torch.rand(
+            k, 1, generator=gen, dtype=torch.float64
+        )
         close(agg(grads, losses), ref.step(grads, losses))
     close(agg.w, ref.w.detach())
     assert ref.clipped > 0  # the clip did act

@@ -37,7 +37,11 @@ def _algorithm1(mats, orders, beta):
                 phi = ps[i] @ g[j] / (np.linalg.norm(ps[i]) * np.linalg.norm(g[j]))
                 if phi < phi_hat[i, j]:
                     t = phi_hat[i, j]
-                    w = np.linalg.norm(ps[i]) * (t * np.sqrt(1 - phi**2) - phi * np.sqrt(1 - t**2)) / (np.linalg.norm(g[j]) * np.sqrt(1 - t**2))
+                    w = (
+                        np.linalg.norm(ps[i])
+                        * (t * np.sqrt(1 - phi**2) - phi * np.sqrt(1 - t**2))
+                        / (np.linalg.norm(g[j]) * np.sqrt(1 - t**2))
+                    )
                     ps[i] = ps[i] + w * g[j]
                 phi_hat[i, j] = (1 - beta) * phi_hat[i, j] + beta * phi
         outs.append(ps.sum(0))
@@ -48,7 +52,12 @@ def _mats(seed, k, d, calls, shared=-0.3):
     gen = torch.Generator().manual_seed(1000 + seed)
     base = torch.randn(k, d, generator=gen, dtype=torch.float64)
     # slowly drifting gradients with a common (negative) component: conflicts, and targets that move
-    return [base + 0.5 * torch.randn(k, d, generator=gen, dtype=torch.float64) + shared * torch.randn(1, d, generator=gen, dtype=torch.float64) for _ in range(calls)]
+    return [
+        base
+        + 0.5 * torch.randn(k, d, generator=gen, dtype=torch.float64)
+        + shared * torch.randn(1, d, generator=gen, dtype=torch.float64)
+        for _ in range(calls)
+    ]
 
 
 @pytest.mark.parametrize("k", [2, 3, 5, 8])
@@ -140,7 +149,9 @@ def test_two_hand_computed_calls_move_the_targets_to_the_cosines():
     torch.testing.assert_close(agg.targets, torch.zeros(2, 2, dtype=torch.float64), atol=1e-15, rtol=0)
     mean = build("gradvac", beta=1.0)
     mean(torch.tensor([[1.0, 0.0], [1.0, 1.0]], dtype=torch.float64))
-    torch.testing.assert_close(mean(torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)), torch.tensor([1.0, 1.0], dtype=torch.float64))
+    torch.testing.assert_close(
+        mean(torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)), torch.tensor([1.0, 1.0], dtype=torch.float64)
+    )
 
 
 def test_a_new_task_count_needs_a_reset_and_bad_options_are_refused():

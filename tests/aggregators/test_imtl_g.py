@@ -9,6 +9,7 @@ import torchjd.aggregation as tj
 
 from morl.aggregators import build
 from morl.aggregators.imtl_g import imtl_g_weights
+
 SEEDS = range(3)
 J_BASE = torch.tensor([[-4.0, 1.0, 1.0], [6.0, 1.0, 1.0]], dtype=torch.float64)  # G = [[18, −22], [−22, 38]]
 R18, R38 = math.sqrt(18.0), math.sqrt(38.0)
@@ -16,7 +17,9 @@ R18, R38 = math.sqrt(18.0), math.sqrt(38.0)
 
 def _jacobian(seed, k, d, rank):
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(rank, d, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(
+        rank, d, generator=gen, dtype=torch.float64
+    )
     return j + 0.5 * torch.randn(k, 1, generator=gen, dtype=torch.float64) @ j[:1]  # a shared direction: mixed signs
 
 
@@ -25,7 +28,17 @@ def _gram(seed, k, rank):
     return j @ j.T
 
 
-SHAPES = [(2, 5, 2), (3, 10, 3), (5, 20, 2), (8, 6, 6), (10, 40, 10), (20, 60, 20), (30, 20, 20), (50, 120, 50), (50, 60, 25)]
+SHAPES = [
+    (2, 5, 2),
+    (3, 10, 3),
+    (5, 20, 2),
+    (8, 6, 6),
+    (10, 40, 10),
+    (20, 60, 20),
+    (30, 20, 20),
+    (50, 120, 50),
+    (50, 60, 25),
+]
 
 
 def _worst_against(name, options, reference):
@@ -77,7 +90,9 @@ def _check_batch_and_scale(agg, at_zero, k=5):
         g = _gram(1, kk, kk // 2)
         g = g / g.diagonal().max()
         for scale in (1e-24, 1e24):
-            torch.testing.assert_close(agg.weights_from_gramian(scale * g), agg.weights_from_gramian(g), rtol=1e-9, atol=1e-12)
+            torch.testing.assert_close(
+                agg.weights_from_gramian(scale * g), agg.weights_from_gramian(g), rtol=1e-9, atol=1e-12
+            )
     assert agg.weights_from_gramian(full.float()).dtype == torch.float32
 
 

@@ -84,7 +84,9 @@ def test_krum_is_permutation_invariant_without_ties():
 
 
 def test_krum_options():
-    with pytest.raises(ValueError, match=r"Krum option n_byzantine=2 is not valid for K=6 rows; allowed: K >= 2\*n_byzantine \+ 3"):
+    with pytest.raises(
+        ValueError, match=r"Krum option n_byzantine=2 is not valid for K=6 rows; allowed: K >= 2\*n_byzantine \+ 3"
+    ):
         build("krum", n_byzantine=2)(torch.randn(6, 4))
     with pytest.raises(ValueError, match=r"Krum option n_byzantine=1 is not valid for K=4 rows"):
         build("krum", n_byzantine=1)(torch.randn(4, 4))  # the smallest f: K > 2f + 2 still holds it to K >= 5

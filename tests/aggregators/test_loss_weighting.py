@@ -36,7 +36,10 @@ def test_weighted_loss_has_the_gradient_of_the_methods_objective(name):
     """∇θ weighted_loss(L(θ)) = ∇θ objective(L(θ)): the one backward of the learners descends
     the method's scalarisation (weights held constant at this step's value)."""
     gen = torch.Generator().manual_seed(3)
-    x, target = torch.randn(5, 4, generator=gen, dtype=torch.float64), torch.randn(5, 3, generator=gen, dtype=torch.float64)
+    x, target = (
+        torch.randn(5, 4, generator=gen, dtype=torch.float64),
+        torch.randn(5, 3, generator=gen, dtype=torch.float64),
+    )
     theta = torch.randn(4, 3, generator=gen, dtype=torch.float64, requires_grad=True)
     losses = ((x @ theta - target) ** 2).mean(0)
     (expected,) = torch.autograd.grad(_objectives(3)[name](losses), theta, retain_graph=True)
@@ -54,7 +57,7 @@ def test_weighted_loss_takes_one_loss_and_refuses_other_shapes():
 
 @pytest.mark.parametrize("name", WEIGHTINGS)
 def test_weighted_loss_non_finite_policies(name):
-    """"raise" names the first non-finite loss; "skip" zeroes the weights, counts the call and
+    """ "raise" names the first non-finite loss; "skip" zeroes the weights, counts the call and
     keeps every buffer; on the meta device nothing is read back."""
     with pytest.raises(ValueError, match="objective 1"):
         build(name).weighted_loss(torch.tensor([1.0, float("nan"), 2.0]))

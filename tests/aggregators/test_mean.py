@@ -33,7 +33,9 @@ def test_weighted_loss_has_the_direction_as_its_gradient(reduction):
     (grad,) = torch.autograd.grad(agg.weighted_loss(losses), x)
     torch.testing.assert_close(grad, agg(jac), rtol=1e-12, atol=1e-12)
     assert agg.weighted_loss(torch.tensor([1.0, 2.0, 6.0])).item() == (3.0 if reduction == "mean" else 9.0)
-    torch.testing.assert_close(agg.weights, torch.full((3,), 1 / 3 if reduction == "mean" else 1.0))  # the weights reported
+    torch.testing.assert_close(
+        agg.weights, torch.full((3,), 1 / 3 if reduction == "mean" else 1.0)
+    )  # the weights reported
 
 
 def test_mean_is_the_first_order_change_of_the_summed_losses():

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import quadprog
 import torch
+from jacobians import cases
 
 import morl
-from jacobians import cases
 from morl.aggregators import build
 from morl.solvers import min_norm_gap
 
@@ -18,6 +18,7 @@ REL_TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 # float32-exact entries whose float32 sum g11 + g22 = 2^25 + 2 rounds to 2^25 (spacing 4 there):
 # the denominator is 6 exactly (λ₁ = 2/6 = 1/3) but 4 in float32 arithmetic (λ₁ = 1/2).
 _G11, _G22, _G12 = 2.0**24 + 2, 2.0**24, 2.0**24 - 2
+
 
 def sample_jacobian(gen, k, d, rank=None, scale=1.0, dtype=torch.float64, shared=0.5):
     """K×D matrix of the given rank, with a shared component so that methods differ."""
@@ -84,13 +85,18 @@ def test_mgda_fixed_matrices(dtype):
     # three orthonormal rows: the centroid (1/3)(1,1,1)
     torch.testing.assert_close(build("mgda")(t([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]])), t([1 / 3, 1 / 3, 1 / 3]))
     # 0 = (g1 + g2 + g3)/3 is in the hull: Pareto stationary, d = 0
-    torch.testing.assert_close(build("mgda")(t([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])), t([0.0, 0.0]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        build("mgda")(t([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])), t([0.0, 0.0]), atol=1e-6, rtol=0
+    )
     # a row inside the hull of the others changes nothing: (1,1) is on the segment (2,0)-(0,2)
     torch.testing.assert_close(build("mgda")(t([[2.0, 0.0], [0.0, 2.0], [1.0, 1.0], [3.0, 3.0]])), t([1.0, 1.0]))
 
+
 def _jacobian(seed, k, d, scale):
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + 0.4 * torch.randn(1, d, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + 0.4 * torch.randn(
+        1, d, generator=gen, dtype=torch.float64
+    )
     return j * scale
 
 
@@ -119,6 +125,7 @@ def test_mgda_agrees_with_cvxpy_and_quadprog(k, scale):
         unit = np.linalg.norm(j.numpy(), axis=1).max()
         assert np.linalg.norm(d - ref_qp) <= 1e-5 * unit
         assert np.linalg.norm(d - ref_cvx) <= 1e-4 * unit  # Clarabel's own accuracy is ~1e-8 in w
+
 
 _GRAM32 = torch.tensor([[_G11, _G12], [_G12, _G22]], dtype=torch.float32)
 
@@ -165,4 +172,3 @@ def test_options_reach_the_min_norm_solver(monkeypatch):
     j = torch.randn(4, 9, generator=gen, dtype=torch.float64)
     morl.build("mgda", max_iter=37, tol=1e-5)(j)
     assert seen == {"max_iter": 37, "tol": 1e-5, "eps_2": 0.0}
-

@@ -56,7 +56,7 @@ def test_t7_beta_one_exact_lambda_is_smg_and_mgda(order, gen):
     fixed = mats[0]
     agg.reset()
     outs = [agg(fixed) for _ in range(4)]
-    for out in outs[(0 if order == "code" else 2):]:
+    for out in outs[(0 if order == "code" else 2) :]:
         torch.testing.assert_close(out, build("mgda")(fixed), rtol=1e-6, atol=1e-9)
 
 
@@ -66,12 +66,23 @@ def test_t3_lambda_step_fixed_point_is_the_half_convention_minimiser(gen):
     gram = j @ j.T
     rho = 0.3
     gamma = 0.5 / (torch.linalg.eigvalsh(gram).max().item() + rho)
-    agg = build("moco", beta0=1.0, beta_pow=0.0, gamma0=gamma, gamma_pow=0.0, rho=rho, lambda_map="proj", check_finite="off")
+    agg = build(
+        "moco", beta0=1.0, beta_pow=0.0, gamma0=gamma, gamma_pow=0.0, rho=rho, lambda_map="proj", check_finite="off"
+    )
     for _ in range(3000):
         agg(j)
     torch.testing.assert_close(agg.lam, min_norm(gram, rho=rho), atol=1e-6, rtol=0)
     # Tracking.py's factor 2 (lam_grad_scale=2) has the same fixed point
-    agg2 = build("moco", beta0=1.0, beta_pow=0.0, gamma0=gamma / 2, gamma_pow=0.0, rho=rho, lam_grad_scale=2.0, check_finite="off")
+    agg2 = build(
+        "moco",
+        beta0=1.0,
+        beta_pow=0.0,
+        gamma0=gamma / 2,
+        gamma_pow=0.0,
+        rho=rho,
+        lam_grad_scale=2.0,
+        check_finite="off",
+    )
     for _ in range(3000):
         agg2(j)
     torch.testing.assert_close(agg2.lam, agg.lam, atol=1e-6, rtol=0)
@@ -295,7 +306,7 @@ def test_next_epoch_counts_every_epoch():
 
 
 def test_a_loss_dependent_base_gets_the_losses():
-    """"X + MoCo" with EPO-AL (which needs the losses): the direction is EPO-AL on the tracked Y."""
+    """ "X + MoCo" with EPO-AL (which needs the losses): the direction is EPO-AL on the tracked Y."""
     g = torch.tensor([[1.0, 0.5, 0.0], [0.0, 2.0, 1.0]], dtype=torch.float64)
     losses = torch.tensor([0.3, 1.2], dtype=torch.float64)
     agg = build("moco", base="epo_al", beta0=1.0, beta_pow=0.0)  # β = 1: Y = G after one call
@@ -428,10 +439,12 @@ def test_an_unknown_base_is_named():
 
 # -- the CAGrad/MoCo toy (Fig. 2) ------------------------------------------------------------
 def test_closed_form_jacobian_equals_autograd(gen):
-    x = torch.cat([
-        torch.rand(3000, 2, generator=gen, dtype=torch.float64) * 24 - 12,
-        torch.tensor([[0.0, 0.0], [-5.0, 0.0], [5.0, 0.0], [-7.0, 20.0], [5.0, 20.0]], dtype=torch.float64),
-    ])
+    x = torch.cat(
+        [
+            torch.rand(3000, 2, generator=gen, dtype=torch.float64) * 24 - 12,
+            torch.tensor([[0.0, 0.0], [-5.0, 0.0], [5.0, 0.0], [-7.0, 20.0], [5.0, 20.0]], dtype=torch.float64),
+        ]
+    )
     for scale in (1.0, 2.0):
         f, jac = toy.jacobian(x, scale)
         f_ref, jac_ref = toy.jacobian_autograd(x, scale)
@@ -442,7 +455,9 @@ def test_closed_form_jacobian_equals_autograd(gen):
 def test_kink_convention_at_the_origin():
     """torch's clamp passes the gradient at equality: ∇f(0,0) = (0, 10.856) for both."""
     _, jac = toy.jacobian(torch.zeros(2, dtype=torch.float64))
-    torch.testing.assert_close(jac, torch.tensor([[0.0, 10.8564], [0.0, 10.8564]], dtype=torch.float64), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        jac, torch.tensor([[0.0, 10.8564], [0.0, 10.8564]], dtype=torch.float64), atol=1e-4, rtol=0
+    )
     _, jac2 = toy.jacobian(torch.zeros(2, dtype=torch.float64), f1_scale=2.0)
     assert abs(jac2[0, 1].item() - 2 * 10.8564) < 1e-3
 
@@ -503,7 +518,9 @@ def test_moco_and_smg_get_noisy_jacobians_mgda_exact(monkeypatch):
         # N(0, 0.49): the sample mean is within 4 sd (0.04) and the sample sd within 4.5% of 0.7
         assert abs(noise.mean().item()) < 4 * sigma / noise.numel() ** 0.5, name
         assert abs(noise.std().item() / sigma - 1) < 0.045, name
-    assert not torch.equal(smg, moco - jac[:, 2 * n:] + jac[:, n : 2 * n])  # independent draws per point
+    assert not torch.equal(smg, moco - jac[:, 2 * n :] + jac[:, n : 2 * n])  # independent draws per point
+
+
 # The default run. 70k steps do not fit the time budget; 2000 steps with lr0 = 0.045 (instead
 # of 0.0025) and β_k = 5/(k+1)^0.75 (instead of ^0.5, so that β ends nearly as small as in the
 # long run) give the same qualitative picture. Only the two starts where SMG stalls in a

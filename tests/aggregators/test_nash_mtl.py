@@ -22,13 +22,17 @@ from tests.jacobians import cases, stationary
 
 def _jacobian(seed, k, d, shared=0.3, dtype=torch.float64):
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + shared * torch.randn(1, d, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + shared * torch.randn(
+        1, d, generator=gen, dtype=torch.float64
+    )
     return j.to(dtype)
 
 
 def _small_jacobian(seed: int, k: int, dtype=torch.float64) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, 4 * k, generator=gen, dtype=torch.float64) + 0.3 * torch.randn(1, 4 * k, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, 4 * k, generator=gen, dtype=torch.float64) + 0.3 * torch.randn(
+        1, 4 * k, generator=gen, dtype=torch.float64
+    )
     return j.to(dtype)
 
 
@@ -64,7 +68,11 @@ def authors_nash(gram: np.ndarray, optim_niter: int = 20) -> np.ndarray:
             value = ccp_step(gram, alpha_t)
         except cp.SolverError:
             value = alpha_t
-        if value is None or np.linalg.norm(gn @ alpha_t - 1 / (alpha_t + 1e-10)) < 1e-3 or np.linalg.norm(value - alpha_t) < 1e-6:
+        if (
+            value is None
+            or np.linalg.norm(gn @ alpha_t - 1 / (alpha_t + 1e-10)) < 1e-3
+            or np.linalg.norm(value - alpha_t) < 1e-6
+        ):
             break
         alpha_t = value
     return alpha_t
@@ -132,7 +140,9 @@ def test_nash_hand_values():
     w, d = _weights("nash_mtl", j, max_norm=0.0)
     assert torch.allclose(w, torch.tensor([0.5, 1.0], dtype=torch.float64), atol=1e-12)
     assert torch.allclose(d, torch.tensor([1.0, 1.0], dtype=torch.float64), atol=1e-12)
-    assert torch.allclose(_weights("nash_mtl", j)[1], torch.tensor([1.0, 1.0], dtype=torch.float64) / math.sqrt(2), atol=1e-12)
+    assert torch.allclose(
+        _weights("nash_mtl", j)[1], torch.tensor([1.0, 1.0], dtype=torch.float64) / math.sqrt(2), atol=1e-12
+    )
     # G = [[1, 1], [1, 2]]: α1² + α1α2 = 1 and α1α2 + 2α2² = 1 give α1 = √2 α2, α2 = (2 + √2)^(−1/2)
     j = torch.tensor([[1.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
     a2 = 1 / math.sqrt(2 + math.sqrt(2))
@@ -253,6 +263,7 @@ def test_unconverged_solves_are_counted():
     agg = build("nash_mtl")
     agg(j)
     assert int(agg.stats["not_converged"]) == 0
+
 
 def test_bad_options_are_refused():
     for options in [{"max_norm": -1.0}, {"update_weights_every": 0}, {"max_iter": 0}, {"tol": 0.0}]:

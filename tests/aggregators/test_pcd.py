@@ -55,7 +55,9 @@ def _problem(seed: int, k: int, rank: int, d: int = 12) -> torch.Tensor:
     """[K, D] float64 of the given rank, row norms within 0.3..3, secondaries pushed against the
     primary on odd seeds (many active constraints)."""
     g = torch.Generator().manual_seed(seed)
-    rows = torch.randn(k, rank, generator=g, dtype=torch.float64) @ torch.randn(rank, d, generator=g, dtype=torch.float64)
+    rows = torch.randn(k, rank, generator=g, dtype=torch.float64) @ torch.randn(
+        rank, d, generator=g, dtype=torch.float64
+    )
     rows = rows / rows.norm(dim=1, keepdim=True) * (0.3 + 2.7 * torch.rand(k, 1, generator=g, dtype=torch.float64))
     if seed % 2:
         rows[1:] -= 0.8 * rows[0] * rows[1:].norm(dim=1, keepdim=True) / rows[0].norm()
@@ -234,7 +236,9 @@ def test_a_shape_change_raises_and_reset_starts_over():
     k = 3
     agg = build("pcd")
     agg(_problem(0, k, k))
-    with pytest.raises(ValueError, match=rf"PCD holds averages for {k} objectives but got {k + 1}; call reset\(\) to start over"):
+    with pytest.raises(
+        ValueError, match=rf"PCD holds averages for {k} objectives but got {k + 1}; call reset\(\) to start over"
+    ):
         agg(_problem(0, k + 1, k + 1))
     agg.reset()
     assert torch.isfinite(agg(_problem(0, k + 1, k + 1))).all()
@@ -265,7 +269,9 @@ def test_many_objectives_warn_once_of_the_solves_cost(monkeypatch):
     # from SLOW_K objectives on a conflicting call costs O(K⁴): one warning per aggregator
     monkeypatch.setattr(pcd, "SLOW_K", 4)
     agg = build("pcd")
-    with pytest.warns(UserWarning, match=r"PCD with K=4 objectives: .* up to 22 active-set steps, each solving a 3x3 system"):
+    with pytest.warns(
+        UserWarning, match=r"PCD with K=4 objectives: .* up to 22 active-set steps, each solving a 3x3 system"
+    ):
         agg(_problem(1, 4, 4))
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -15,7 +15,9 @@ import morl
 
 def _jacobian(seed: int, k: int, d: int = 12, shared: float = -0.3) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    return torch.randn(k, d, generator=gen, dtype=torch.float64) + shared * torch.randn(1, d, generator=gen, dtype=torch.float64)
+    return torch.randn(k, d, generator=gen, dtype=torch.float64) + shared * torch.randn(
+        1, d, generator=gen, dtype=torch.float64
+    )
 
 
 def _algorithm1(g: np.ndarray, orders: list[list[int]]) -> np.ndarray:

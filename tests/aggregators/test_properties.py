@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from aggregator_cases import all_configs
 from jacobians import _conflict, cases, controlled, stationary
+
 import morl
 from morl.aggregators import build
 
@@ -38,8 +38,12 @@ PROJECTION_STATIONARY_TOL = {torch.float32: 1e-3, torch.float64: 1e-9}
 #: 3e-4 too: Nash-MTL and FairGrad 8.9e-5 (rank-deficient K = 6), ConFIG 5.7e-5. Every other
 #: method stays ≤ 2e-6 (float32) and ≤ 1.4e-10 (float64).
 PERMUTATION_TOL = {
-    ("cagrad", torch.float32): 3e-3, ("imtl_g", torch.float32): 3e-4, ("imtl_g", torch.float64): 3e-8,
-    ("nash_mtl", torch.float32): 3e-4, ("fairgrad", torch.float32): 3e-4, ("config", torch.float32): 3e-4,
+    ("cagrad", torch.float32): 3e-3,
+    ("imtl_g", torch.float32): 3e-4,
+    ("imtl_g", torch.float64): 3e-8,
+    ("nash_mtl", torch.float32): 3e-4,
+    ("fairgrad", torch.float32): 3e-4,
+    ("config", torch.float32): 3e-4,
 }
 
 
@@ -63,9 +67,12 @@ def _call(agg, j, gen=None):
 def test_finite_for_every_finite_input(name, options, case, dtype, gen):
     g = torch.randn(12, generator=gen, dtype=torch.float64)
     extra = {
-        "zero": torch.zeros(4, 12, dtype=torch.float64), "one zero row": torch.stack([g, 0 * g, -g]),
-        "colinear": torch.stack([g, 3 * g, -2 * g, 1e-9 * g]), "identical": g.repeat(6, 1),
-        "K=1": g[None], "K=64": controlled(gen, 64, 40, 40),
+        "zero": torch.zeros(4, 12, dtype=torch.float64),
+        "one zero row": torch.stack([g, 0 * g, -g]),
+        "colinear": torch.stack([g, 3 * g, -2 * g, 1e-9 * g]),
+        "identical": g.repeat(6, 1),
+        "K=1": g[None],
+        "K=64": controlled(gen, 64, 40, 40),
     }
     inputs = list(cases(gen, dtype, ks=(2, 12), spreads=(6.0,))) + [(k, v.to(dtype)) for k, v in extra.items()]
     for label, j in inputs:
@@ -103,7 +110,9 @@ def test_strong_stationarity(name, options, case, dtype, gen):
             assert d.norm() >= 1e-3 * scale, (k, scale)
 
 
-@pytest.mark.parametrize("name, options, case", _select("permutation_invariant"), ids=_ids(_select("permutation_invariant")))
+@pytest.mark.parametrize(
+    "name, options, case", _select("permutation_invariant"), ids=_ids(_select("permutation_invariant"))
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_permutation_invariance(name, options, case, dtype, gen):
     """Relative to the larger of ‖d‖ and max‖g_k‖: Nash-MTL and FairGrad return a clipped,
@@ -139,6 +148,7 @@ def test_seeded_draws_are_reproducible(name, options, case, gen):
     for _ in range(3):
         assert torch.equal(_call(a, j), _call(b, j))
 
+
 def sample_jacobian(gen, k, d, rank=None, scale=1.0, dtype=torch.float64, shared=0.5):
     """K×D matrix of the given rank, with a shared component so that methods differ."""
     rank = max(1, min(rank or min(k, d), k, d))
@@ -158,10 +168,20 @@ def test_k1_returns_the_gradient_up_to_the_documented_scale(name, gen):
 
 
 # -- state ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, options", [
-    ("pcgrad", {}), ("moco", {}), ("moco", {"base": "pcgrad"}), ("moco", {"lambda_map": "softmax", "order": "paper"}),
-    ("mean", {}), ("mgda", {}), ("cagrad", {}), ("mgda", {"warm_start": True}), ("cagrad", {"warm_start": True}),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("pcgrad", {}),
+        ("moco", {}),
+        ("moco", {"base": "pcgrad"}),
+        ("moco", {"lambda_map": "softmax", "order": "paper"}),
+        ("mean", {}),
+        ("mgda", {}),
+        ("cagrad", {}),
+        ("mgda", {"warm_start": True}),
+        ("cagrad", {"warm_start": True}),
+    ],
+)
 def test_state_round_trip_reproduces_next_outputs(name, options, gen):
     mats = [sample_jacobian(gen, 4, 9, shared=-0.3) for _ in range(8)]
     agg = build(name, **options)
@@ -201,6 +221,7 @@ def test_warm_start_gives_the_same_directions(name, gen):
 
 # -- PCGrad (Yu et al., arXiv 2001.06782, Alg. 1) and EPO-AL, by hand ------------------------
 
+
 # -- PCGrad -------------------------------------------------------------------------------------
 def test_pcgrad_two_task_closed_form(gen):
     for _ in range(30):
@@ -209,7 +230,9 @@ def test_pcgrad_two_task_closed_form(gen):
         g12, g11, g22 = g1 @ g2, g1 @ g1, g2 @ g2
         expected = ((1 - g12 / g11) * g1 + (1 - g12 / g22) * g2) / 2 if g12 < 0 else (g1 + g2) / 2
         torch.testing.assert_close(build("pcgrad")(j), expected, rtol=1e-9, atol=1e-9 * j.abs().max().item())
-        torch.testing.assert_close(build("pcgrad", reduction="sum")(j), 2 * expected, rtol=1e-9, atol=1e-9 * j.abs().max().item())
+        torch.testing.assert_close(
+            build("pcgrad", reduction="sum")(j), 2 * expected, rtol=1e-9, atol=1e-9 * j.abs().max().item()
+        )
 
 
 def _pcgrad_loop(j, orders):
@@ -242,11 +265,12 @@ def test_pcgrad_non_conflicting_rows_give_the_mean(gen):
     torch.testing.assert_close(build("pcgrad")(j), j.mean(0))
 
 
-
 def test_epo_al_preference_is_made_once_per_device():
     agg = build("epo_al", preference=[0.3, 0.7])
     like = torch.zeros(2)
     assert agg._preference(2, like) is agg._preference(2, like)
+
+
 @pytest.mark.parametrize("k", [2, 3, 5])
 def test_pcgrad_sum_is_k_times_mean(k):
     gen = torch.Generator().manual_seed(10 + k)
@@ -256,4 +280,3 @@ def test_pcgrad_sum_is_k_times_mean(k):
     d_sum = morl.build("pcgrad", seed=3, reduction="sum")(grads)
     torch.testing.assert_close(d_sum, k * d_mean, rtol=1e-12, atol=1e-12)
     assert float((d_sum - d_mean).norm()) > 0.1 * float(d_mean.norm())
-

@@ -18,7 +18,9 @@ from tests.simplex_reference import proj_simplex_np
 def _jacobian(seed, k, d=None, shared=0.3, scale=1.0):
     gen = torch.Generator().manual_seed(seed)
     d = d or 2 * k + 3
-    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + shared * torch.randn(1, d, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + shared * torch.randn(
+        1, d, generator=gen, dtype=torch.float64
+    )
     return j * scale
 
 

@@ -61,7 +61,9 @@ def test_trimmed_mean_ignores_corrupted_rows(dtype):
 
 
 def test_trimmed_mean_options():
-    with pytest.raises(ValueError, match=r"TrimmedMean option trim=2 is not valid for K=4 rows; allowed: K >= 2\*trim \+ 1"):
+    with pytest.raises(
+        ValueError, match=r"TrimmedMean option trim=2 is not valid for K=4 rows; allowed: K >= 2\*trim \+ 1"
+    ):
         build("trimmed_mean", trim=2)(torch.randn(4, 3))
     for bad in ({"trim": -1}, {"trim": 0.5}):
         with pytest.raises(ValueError, match="TrimmedMean option"):

@@ -37,14 +37,21 @@ REL_TOL = 1e-5
 GRAPH_BREAK = torch._dynamo.exc.Unsupported
 FAST = ["mean", "cagrad", "pcgrad", "upgrad"]  # mgda: its Wolfe rounds unroll (slow below)
 
-_GENERATOR = ("draws from its own seeded torch.Generator (reproducible, checkpointed); Dynamo cannot "
-              "pass a Generator into a graph")
+_GENERATOR = (
+    "draws from its own seeded torch.Generator (reproducible, checkpointed); Dynamo cannot "
+    "pass a Generator into a graph"
+)
 NOT_FULLGRAPH = {
-    "pcgrad": _GENERATOR, "gradvac": _GENERATOR, "graddrop": _GENERATOR, "rlw": _GENERATOR,
+    "pcgrad": _GENERATOR,
+    "gradvac": _GENERATOR,
+    "graddrop": _GENERATOR,
+    "rlw": _GENERATOR,
 }
 
-WHOLE_UPDATE_BREAKS = ("the update draws its noise with the agent's torch.Generator, and calls backward() "
-                       "and the optimizers' step; Dynamo breaks the graph at each")
+WHOLE_UPDATE_BREAKS = (
+    "the update draws its noise with the agent's torch.Generator, and calls backward() "
+    "and the optimizers' step; Dynamo breaks the graph at each"
+)
 
 
 def _inputs(call: int, k: int = K) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,8 +60,12 @@ def _inputs(call: int, k: int = K) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _marked(names: list[str]) -> list:
-    return [pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=GRAPH_BREAK, reason=NOT_FULLGRAPH[n]))
-            if n in NOT_FULLGRAPH else n for n in names]
+    return [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, raises=GRAPH_BREAK, reason=NOT_FULLGRAPH[n]))
+        if n in NOT_FULLGRAPH
+        else n
+        for n in names
+    ]
 
 
 def _check_compiles(name: str, backend: str, k: int = K) -> None:
@@ -73,7 +84,9 @@ def test_aggregation_compiles_fullgraph(name):
     _check_compiles(name, "aot_eager")
 
 
-@pytest.mark.parametrize("name", [pytest.param("mgda", marks=pytest.mark.integration), "cagrad"])  # mgda: 4K + 10 unrolled Wolfe rounds
+@pytest.mark.parametrize(
+    "name", [pytest.param("mgda", marks=pytest.mark.integration), "cagrad"]
+)  # mgda: 4K + 10 unrolled Wolfe rounds
 def test_mt10_sized_aggregation_compiles_fullgraph(name):
     """K = 10, MT10's task count: the K > 6 solvers (MGDA's active-set start and Wolfe steps,
     CAGrad's start with the support enumeration for what it leaves) trace without a host read."""
@@ -106,8 +119,13 @@ def _agent_and_batch():
     g = torch.Generator().manual_seed(0)
     obs = torch.randn(t, b, obs_raw + t, generator=g)
     obs[..., obs_raw:] = torch.eye(t).unsqueeze(1)
-    batch = {"obs": obs, "action": torch.rand(t, b, act, generator=g) * 2 - 1, "reward": torch.randn(t, b, generator=g),
-             "next_obs": obs.clone(), "terminated": torch.zeros(t, b)}
+    batch = {
+        "obs": obs,
+        "action": torch.rand(t, b, act, generator=g) * 2 - 1,
+        "reward": torch.randn(t, b, generator=g),
+        "next_obs": obs.clone(),
+        "terminated": torch.zeros(t, b),
+    }
     return agent, batch, torch.randn(t, b, act, generator=g)
 
 
@@ -117,8 +135,10 @@ def test_update_pieces_compile_fullgraph():
     agent, batch, eps = _agent_and_batch()
     alpha = agent.log_alpha.detach().exp().expand(agent.num_tasks)
     pieces = [
-        (agent._critic_losses, (batch["obs"], batch["action"], batch["reward"], batch["next_obs"],
-                                      batch["terminated"], eps, alpha)),
+        (
+            agent._critic_losses,
+            (batch["obs"], batch["action"], batch["reward"], batch["next_obs"], batch["terminated"], eps, alpha),
+        ),
         (agent._actor_task_grads, (batch["obs"], eps, alpha)),
     ]
     for fn, args in pieces:

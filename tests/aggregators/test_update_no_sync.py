@@ -41,24 +41,26 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.optim.adam as torch_adam
+from host_traffic import HostTraffic, forbid_host_traffic
 
 import morl
 from morl.agents.rl.mtsac import MTSAC, MTSACConfig
 from morl.aggregators import available
-from host_traffic import HostTraffic, forbid_host_traffic
 
 T, OBS, ACT, B = 3, 5, 2, 8
 UPDATES = 2  # the first (lazy state) and one in the steady state
 
 #: Reads made only for CPU input: the early exits behind ``morl.host_reads.reads_are_free``.
-CPU_ONLY_READS = frozenset({
-    ("morl/solvers/min_norm.py", "wolfe_steps"),
-    ("morl/aggregators/cagrad.py", "_dropped_negatives_start"),
-    ("morl/aggregators/cagrad.py", "_active_set_steps"),
-    ("morl/solvers/dual_cone.py", "active_set_steps"),
-    ("morl/solvers/alpha_fair.py", "alpha_fair_solve"),
-    ("morl/solvers/priority_qp.py", "solve_masked"),
-})
+CPU_ONLY_READS = frozenset(
+    {
+        ("morl/solvers/min_norm.py", "wolfe_steps"),
+        ("morl/aggregators/cagrad.py", "_dropped_negatives_start"),
+        ("morl/aggregators/cagrad.py", "_active_set_steps"),
+        ("morl/solvers/dual_cone.py", "active_set_steps"),
+        ("morl/solvers/alpha_fair.py", "alpha_fair_solve"),
+        ("morl/solvers/priority_qp.py", "solve_masked"),
+    }
+)
 
 #: (name, options): values fixed at construction that the first call copies to the device
 #: and caches per device and dtype.
@@ -69,9 +71,14 @@ FIRST_CALL_COPIES = [
 
 #: (name, options) with other code paths than the defaults (no copies).
 OTHER_PATHS = [
-    ("moco", {"preset": "rl"}), ("moco", {"base": "pcgrad"}), ("moco", {"lambda_map": "exact"}),
-    ("cr_mogm", {"base": "cagrad"}), ("nash_mtl", {"update_weights_every": 2}),
-    ("rlw", {"distribution": "bernoulli"}), ("stch", {"warmup": 2}), ("krum", {"score": "distance"}),
+    ("moco", {"preset": "rl"}),
+    ("moco", {"base": "pcgrad"}),
+    ("moco", {"lambda_map": "exact"}),
+    ("cr_mogm", {"base": "cagrad"}),
+    ("nash_mtl", {"update_weights_every": 2}),
+    ("rlw", {"distribution": "bernoulli"}),
+    ("stch", {"warmup": 2}),
+    ("krum", {"score": "distance"}),
 ]
 
 
@@ -82,14 +89,24 @@ def _agent(name: str, options: dict, device: str, tasks: int = T, **cfg) -> MTSA
 
 def _batch(device: str, t: int = T) -> dict[str, torch.Tensor]:
     if device == "meta":
-        shapes = {"obs": (t, B, OBS + t), "action": (t, B, ACT), "reward": (t, B), "next_obs": (t, B, OBS + t),
-                  "terminated": (t, B)}
+        shapes = {
+            "obs": (t, B, OBS + t),
+            "action": (t, B, ACT),
+            "reward": (t, B),
+            "next_obs": (t, B, OBS + t),
+            "terminated": (t, B),
+        }
         return {k: torch.empty(s, device="meta") for k, s in shapes.items()}
     g = torch.Generator().manual_seed(0)
     obs = torch.randn(t, B, OBS + t, generator=g)
     obs[..., OBS:] = torch.eye(t).unsqueeze(1)
-    return {"obs": obs, "action": torch.rand(t, B, ACT, generator=g) * 2 - 1, "reward": torch.randn(t, B, generator=g),
-            "next_obs": obs.clone(), "terminated": torch.zeros(t, B)}
+    return {
+        "obs": obs,
+        "action": torch.rand(t, B, ACT, generator=g) * 2 - 1,
+        "reward": torch.randn(t, B, generator=g),
+        "next_obs": obs.clone(),
+        "terminated": torch.zeros(t, B),
+    }
 
 
 def _updates(agent: MTSAC, device: str, guard_first: bool = True) -> dict[str, torch.Tensor]:
@@ -173,8 +190,17 @@ def test_trunk_aggregation_moves_nothing(name, device):
 @pytest.mark.parametrize("name", ["famo", "cagrad"])
 def test_reproduction_options_move_nothing(name, device):
     # the literature's variant (docs/mtsac.md): one shared critic and temperature, both aggregated
-    agent = _agent(name, {}, device, critic="shared", temperature="shared", aggregate_temperature=True,
-                   task_input="none", log_prob_clamp=1e-6, init="xavier")
+    agent = _agent(
+        name,
+        {},
+        device,
+        critic="shared",
+        temperature="shared",
+        aggregate_temperature=True,
+        task_input="none",
+        log_prob_clamp=1e-6,
+        init="xavier",
+    )
     before = [p.detach().clone() for p in agent.actor.parameters()]
     _check_ran(agent, _updates(agent, device), device, before)
 
@@ -185,14 +211,22 @@ def _meta():
 
 
 TRANSFERS = {
-    "item": lambda: torch.ones(()).item(), "tolist": lambda: torch.ones(2).tolist(),
-    "cpu": lambda: torch.ones(2).cpu(), "numpy": lambda: torch.ones(2).numpy(),
-    "bool": lambda: bool(torch.ones(())), "float": lambda: float(torch.ones(())),
-    "int": lambda: int(torch.ones(())), "index": lambda: [0, 1][torch.ones((), dtype=torch.int64)],
-    "to device": lambda: torch.ones(2).to("meta"), "to host": lambda: _meta().to("cpu"),
-    "to tensor's device": lambda: torch.ones(2).to(_meta()), "copy_ in": lambda: _meta().copy_(torch.ones(2)),
-    "tensor": lambda: torch.tensor([1.0], device="meta"), "as_tensor": lambda: torch.as_tensor([1.0], device="meta"),
-    "new_tensor": lambda: _meta().new_tensor([1.0]), "tensor on cpu (strict)": lambda: torch.tensor([1.0]),
+    "item": lambda: torch.ones(()).item(),
+    "tolist": lambda: torch.ones(2).tolist(),
+    "cpu": lambda: torch.ones(2).cpu(),
+    "numpy": lambda: torch.ones(2).numpy(),
+    "bool": lambda: bool(torch.ones(())),
+    "float": lambda: float(torch.ones(())),
+    "int": lambda: int(torch.ones(())),
+    "index": lambda: [0, 1][torch.ones((), dtype=torch.int64)],
+    "to device": lambda: torch.ones(2).to("meta"),
+    "to host": lambda: _meta().to("cpu"),
+    "to tensor's device": lambda: torch.ones(2).to(_meta()),
+    "copy_ in": lambda: _meta().copy_(torch.ones(2)),
+    "tensor": lambda: torch.tensor([1.0], device="meta"),
+    "as_tensor": lambda: torch.as_tensor([1.0], device="meta"),
+    "new_tensor": lambda: _meta().new_tensor([1.0]),
+    "tensor on cpu (strict)": lambda: torch.tensor([1.0]),
 }
 
 

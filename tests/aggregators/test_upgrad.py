@@ -21,7 +21,9 @@ J_BASE = torch.tensor([[-4.0, 1.0, 1.0], [6.0, 1.0, 1.0]], dtype=torch.float64) 
 
 def _jacobian(seed, k, d, rank):
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(rank, d, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(
+        rank, d, generator=gen, dtype=torch.float64
+    )
     return j + 0.5 * torch.randn(k, 1, generator=gen, dtype=torch.float64) @ j[:1]  # a shared direction: mixed signs
 
 
@@ -96,11 +98,15 @@ def test_upgrad_of_one_row_is_the_row_and_a_zero_row_only_rescales_the_mean(dtyp
 
 @pytest.mark.parametrize(
     "options, allowed",
-    [({"reg_eps": -1.0}, "a finite number >= 0"), ({"max_iter": 0}, "a finite int >= 1"),
-     ({"max_iter": 2.5}, "a finite int >= 1"), ({"tol": -1e-3}, "a finite number >= 0")],
+    [
+        ({"reg_eps": -1.0}, "a finite number >= 0"),
+        ({"max_iter": 0}, "a finite int >= 1"),
+        ({"max_iter": 2.5}, "a finite int >= 1"),
+        ({"tol": -1e-3}, "a finite number >= 0"),
+    ],
 )
 def test_upgrad_option_errors_name_the_option_and_what_is_allowed(options, allowed):
-    (key, value), = options.items()
+    ((key, value),) = options.items()
     with pytest.raises(ValueError, match=rf"^UPGrad option {key}={value!r} is not valid; allowed: {allowed}$"):
         build("upgrad", **options)
 
@@ -116,7 +122,9 @@ def test_upgrad_options_reach_the_solver(monkeypatch):
     """max_iter 100 and tol 1e-10 by default, the user's values otherwise; max_iter = 1 is valid."""
     seen = []
     real = upgrad_module.project_to_dual_cone
-    monkeypatch.setattr(upgrad_module, "project_to_dual_cone", lambda g, u, m, t: seen.append((m, t)) or real(g, u, m, t))
+    monkeypatch.setattr(
+        upgrad_module, "project_to_dual_cone", lambda g, u, m, t: seen.append((m, t)) or real(g, u, m, t)
+    )
     j = _jacobian(1, 20, 60, 20)
     build("upgrad")(j)
     build("upgrad", max_iter=7, tol=1e-4)(j)
@@ -128,7 +136,9 @@ def test_upgrad_options_reach_the_solver(monkeypatch):
 def test_upgrad_weights_of_a_batch_of_gramians_use_each_members_own_trace(k):
     """``weights_from_gramian`` on [3, K, K] at scales 1, 1e3, 1e-3 with reg_eps = 1e-2 (the
     ridge is reg_eps times each member's own trace) equals each member alone, in its dtype."""
-    grams = torch.stack([(j := _jacobian(s, k, 3 * k, k)) @ j.T * scale for s, scale in zip(range(3), (1.0, 1e3, 1e-3))])
+    grams = torch.stack(
+        [(j := _jacobian(s, k, 3 * k, k)) @ j.T * scale for s, scale in zip(range(3), (1.0, 1e3, 1e-3))]
+    )
     batched = build("upgrad", reg_eps=1e-2).weights_from_gramian(grams)
     for member, gram in enumerate(grams):
         alone = build("upgrad", reg_eps=1e-2).weights_from_gramian(gram)

@@ -38,7 +38,9 @@ def test_qp11_matches_cvxpy(gen, m):
         pi, phi = out.pi.numpy(), 0.5 * rho * float(gq @ gq)
         lam, gamma = cp.Variable(m), cp.Variable()
         objective = 0.5 * cp.sum_squares(L[:m].T @ lam + gamma * L[m]) - gamma * phi
-        cp.Problem(cp.Minimize(objective), [lam >= 0, cp.sum(lam) == 1, gamma >= 0, gamma >= pi @ lam]).solve(solver=cp.CLARABEL)
+        cp.Problem(cp.Minimize(objective), [lam >= 0, cp.sum(lam) == 1, gamma >= 0, gamma >= pi @ lam]).solve(
+            solver=cp.CLARABEL
+        )
         ours = float(_qp11_value(upper, gq, rho, out.lam))
         ref = float(_qp11_value(upper, gq, rho, torch.as_tensor(lam.value)))
         assert ours <= ref + 1e-7 * max(1.0, abs(ref)), (ours, ref)
@@ -152,7 +154,14 @@ def test_constraint_gradient_is_first_order_and_converges_in_T(gen):
     true_alpha_grad = -(pb.A.T @ (omega - pb.A @ alpha)).detach()
     errors = []
     for T in (2, 8, 32):
-        solver = FORUM([alpha], [omega], lambda: pb.upper(alpha, omega), lambda: pb.lower(alpha, omega), inner_steps=T, inner_lr=0.5)
+        solver = FORUM(
+            [alpha],
+            [omega],
+            lambda: pb.upper(alpha, omega),
+            lambda: pb.lower(alpha, omega),
+            inner_steps=T,
+            inner_lr=0.5,
+        )
         g = solver.gradients((), ())
         gq = g["constraint_grad"]
         assert torch.allclose(gq[3:], (omega - pb.A @ alpha).detach())  # ω-block: ∇_ω f
@@ -160,7 +169,12 @@ def test_constraint_gradient_is_first_order_and_converges_in_T(gen):
         assert torch.equal(omega.detach(), omega_before)  # the inner loop restores ω_k
     assert errors[0] > errors[1] > errors[2] and errors[2] < 1e-8
     eps = 1e-6
-    fd = torch.stack([(pb.lower(alpha + eps * e, omega) - pb.lower(alpha - eps * e, omega)) / (2 * eps) for e in torch.eye(3, dtype=torch.float64)])
+    fd = torch.stack(
+        [
+            (pb.lower(alpha + eps * e, omega) - pb.lower(alpha - eps * e, omega)) / (2 * eps)
+            for e in torch.eye(3, dtype=torch.float64)
+        ]
+    )
     assert torch.allclose(fd.detach(), true_alpha_grad, atol=1e-6)
 
 
@@ -169,15 +183,18 @@ def _run_eq24(alpha0, omega0, rho, iterations):
     pb = Eq24Problem()
     a = torch.tensor([alpha0], dtype=torch.float64, requires_grad=True)
     w = torch.tensor(omega0, dtype=torch.float64, requires_grad=True)
-    solver = FORUM([a], [w], lambda: pb.upper(a, w), lambda: pb.lower(a, w), inner_steps=50, inner_lr=0.05, rho=rho, lr=0.3)
+    solver = FORUM(
+        [a], [w], lambda: pb.upper(a, w), lambda: pb.lower(a, w), inner_steps=50, inner_lr=0.05, rho=rho, lr=0.3
+    )
     for _ in range(iterations):
         diag = solver.step()
     a, w = a.detach(), w.detach()
     return pb.distance(a, w).item(), pb.q(a, w).item(), pb.kkt(a, w, diag["lam_tilde"], diag["nu"]).item(), a.item()
 
 
-@pytest.mark.parametrize("alpha0,omega0", [FIG2_INITS[0], *(pytest.param(*start, marks=pytest.mark.integration)
-                                                              for start in FIG2_INITS[1:])])
+@pytest.mark.parametrize(
+    "alpha0,omega0", [FIG2_INITS[0], *(pytest.param(*start, marks=pytest.mark.integration) for start in FIG2_INITS[1:])]
+)
 def test_eq24_reaches_optimal_set(alpha0, omega0):
     """μ = 0.3, η = 0.05, T = 50, ρ = 0.3, β_k = (k+1)^(−3/4), K = 300 (Ye et al., arXiv:2401.09257, App. C,
     Eq. (24), Fig. 2): ℰ, q and 𝒦 → 0.
@@ -201,7 +218,9 @@ def _run_quadratic(pb, n, p, mu, iterations, rho=0.5, T=50, eta=0.5, seed=0):
     gen = torch.Generator().manual_seed(seed)
     a = torch.randn(n, generator=gen, dtype=torch.float64).requires_grad_(True)
     w = torch.randn(p, generator=gen, dtype=torch.float64).requires_grad_(True)
-    solver = FORUM([a], [w], lambda: pb.upper(a, w), lambda: pb.lower(a, w), inner_steps=T, inner_lr=eta, rho=rho, lr=mu)
+    solver = FORUM(
+        [a], [w], lambda: pb.upper(a, w), lambda: pb.lower(a, w), inner_steps=T, inner_lr=eta, rho=rho, lr=mu
+    )
     for _ in range(iterations):
         solver.step()
     return a.detach(), w.detach()
@@ -250,7 +269,11 @@ def test_a_restored_forum_takes_the_same_next_step():
     def make():
         a = torch.tensor([0.0], dtype=torch.float64, requires_grad=True)
         w = torch.tensor([0.0, 3.0], dtype=torch.float64, requires_grad=True)
-        return a, w, FORUM([a], [w], lambda: pb.upper(a, w), lambda: pb.lower(a, w), inner_steps=5, inner_lr=0.05, rho=0.3)
+        return (
+            a,
+            w,
+            FORUM([a], [w], lambda: pb.upper(a, w), lambda: pb.lower(a, w), inner_steps=5, inner_lr=0.05, rho=0.3),
+        )
 
     a1, w1, s1 = make()
     for _ in range(3):
@@ -319,7 +342,8 @@ def qp11(grad_F: np.ndarray, grad_q: np.ndarray, pi: np.ndarray, phi: float) -> 
     objective = 0.5 * cp.sum_squares(grad_F.T @ lam + gamma * grad_q) - gamma * phi
     constraints = [lam >= 0, cp.sum(lam) == 1, gamma >= 0, gamma >= pi @ lam]
     cp.Problem(cp.Minimize(objective), constraints).solve(
-        solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+        solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
+    )
     return np.clip(lam.value, 0.0, None) / np.clip(lam.value, 0.0, None).sum()
 
 
@@ -355,7 +379,8 @@ def _exercises_every_regime(pb, alpha0, omega0, ref, warm_start) -> bool:
     return bool(
         np.abs(lam_tilde[1:] - lam[1:]).max() > 0.1  # momentum changes λ̃^k by > 1e5 · TOL
         and (lam > 1e-3).all(1).sum() >= 3  # QP (11) has interior solutions, not only vertices
-        and (nus > 1e-3).any() and (nus == 0).any()  # both branches of ν = max(λ̃·π, 0)
+        and (nus > 1e-3).any()
+        and (nus == 0).any()  # both branches of ν = max(λ̃·π, 0)
         # ω̃^0 = ω_k vs ω_0 (line 4) matters here
         and np.abs(algorithm1(pb, alpha0, omega0, not warm_start)[-1]["omega"] - ref[-1]["omega"]).max() > 0.05
     )
@@ -376,15 +401,32 @@ def exercising_problem(m: int, warm_start: bool, tries: int = 200):
 
 
 # m = 2: FORUM's closed-form QP; m = 3: its interior-point QP. The other two pairs in the integration tier.
-@pytest.mark.parametrize("m, warm_start", [(2, True), (3, False), pytest.param(2, False, marks=pytest.mark.integration),
-                                           pytest.param(3, True, marks=pytest.mark.integration)])
+@pytest.mark.parametrize(
+    "m, warm_start",
+    [
+        (2, True),
+        (3, False),
+        pytest.param(2, False, marks=pytest.mark.integration),
+        pytest.param(3, True, marks=pytest.mark.integration),
+    ],
+)
 def test_forum_iterates_match_algorithm1(m, warm_start):
     pb, alpha0, omega0, ref = exercising_problem(m, warm_start)
 
     a = torch.tensor(alpha0, requires_grad=True)
     w = torch.tensor(omega0, requires_grad=True)
-    solver = FORUM([a], [w], lambda: pb.torch_upper(a, w), lambda: pb.torch_lower(a, w), inner_steps=T_INNER,
-                   inner_lr=ETA, rho=RHO, lr=MU, beta_power=0.75, warm_start=warm_start)
+    solver = FORUM(
+        [a],
+        [w],
+        lambda: pb.torch_upper(a, w),
+        lambda: pb.torch_lower(a, w),
+        inner_steps=T_INNER,
+        inner_lr=ETA,
+        rho=RHO,
+        lr=MU,
+        beta_power=0.75,
+        warm_start=warm_start,
+    )
     for k, expect in enumerate(ref):
         diag = solver.step()
         assert solver.k == k + 1

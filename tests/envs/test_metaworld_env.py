@@ -61,6 +61,7 @@ def test_mtrl_evaluation_episodes_repeat_exactly():
     # fixed goal, fixed initial state, deterministic physics: a deterministic policy's episodes are
     # one episode repeated, so the mtrl protocol evaluates 1 episode per task (more cost, same number)
     evaluation = make_env("mt1:push-v3", seed=0, protocol="mtrl", eval=True)
+
     def policy(obs):  # deterministic in the observation, not in the call count
         return np.tanh(np.stack([obs[:, 0] * 7, obs[:, 1] * 5, obs[:, 4] * 3, np.sin(obs[:, 2] * 40)], 1))
 
@@ -125,7 +126,10 @@ def test_scripted_policy_success_is_reported_per_step_and_per_episode():
 @pytest.mark.integration  # Meta-World episodes
 def test_metaworld_v3_seeding():
     actions = np.random.default_rng(0).uniform(-1, 1, (12, 2, 4)).astype(np.float32)
-    a, b, c = (make_env("mt1:reach-v3", seed=s, protocol="metaworld_v3", max_episode_steps=3, envs_per_task=2) for s in (1, 1, 2))
+    a, b, c = (
+        make_env("mt1:reach-v3", seed=s, protocol="metaworld_v3", max_episode_steps=3, envs_per_task=2)
+        for s in (1, 1, 2)
+    )
     for env in (a, b, c):
         env.reset()
     ra, rb, rc = run(a, actions), run(b, actions), run(c, actions)

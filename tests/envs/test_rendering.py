@@ -85,8 +85,13 @@ def _render_in_subprocess(path):
     for backend in [os.environ["MUJOCO_GL"]] if os.environ.get("MUJOCO_GL") else ["egl", "osmesa"]:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "MUJOCO_GL": backend}
         env.pop("PYOPENGL_PLATFORM", None)  # MuJoCo sets it to match the backend
-        done = subprocess.run([sys.executable, "-c", METAWORLD_SCRIPT.format(path=str(path))], env=env,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", METAWORLD_SCRIPT.format(path=str(path))],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         if not done.stdout.startswith("NO_GL"):
             return np.load(path), failures
@@ -98,7 +103,9 @@ def _render_in_subprocess(path):
 def test_metaworld_frame_renders_offscreen(tmp_path):
     frames, failures = _render_in_subprocess(tmp_path / "frames.npy")
     if frames is None:
-        pytest.skip("no offscreen GL backend works on this machine (README, 'Watching an agent'): " + "; ".join(failures))
+        pytest.skip(
+            "no offscreen GL backend works on this machine (README, 'Watching an agent'): " + "; ".join(failures)
+        )
     assert frames.shape == (5, 64, 64, 3) and frames.dtype == np.uint8  # 4 steps -> 5 frames
     assert frames[0].std() > 20  # a scene, not a blank image
     # the hand moved 4 steps along x: the images differ, the static scene around it does not (much)

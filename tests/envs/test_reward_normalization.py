@@ -61,9 +61,9 @@ def test_running_normalisation_divides_by_the_std_of_all_rewards_so_far():
     raw64 = np.stack(recorded)
     got = _rewards(scaled, actions)
     for t in range(3):
-        seen = raw64[:, 2 * t:2 * t + 2].reshape(-1)  # task t's rewards in the order they were normalised
+        seen = raw64[:, 2 * t : 2 * t + 2].reshape(-1)  # task t's rewards in the order they were normalised
         for j, r in enumerate(seen):
-            std = np.std(seen[:j + 1]) if j >= 1 else None  # numpy's population std as the reference
+            std = np.std(seen[: j + 1]) if j >= 1 else None  # numpy's population std as the reference
             expected = r if std is None else r / (std + 1e-8)
             assert got[j // 2, 2 * t + j % 2] == pytest.approx(expected, rel=1e-6, abs=1e-7)
     assert list(scaled.reward_normalizer.count) == [2 * STEPS] * 3

@@ -125,9 +125,7 @@ def test_shared_s_is_updated_sequentially_within_an_iteration():
     # d = 2, K = 3. At k = 0, s = 0 so objective 1 gets +1 and s = (1, 0). Objective 2's
     # gradient (1, 0.5): with s = (1, 0) already applied, ‖s+g‖∞ = 2 > ‖s−g‖∞ = 0.5 -> −1;
     # were it compared against s = 0 (a parallel update), the tie would give +1.
-    G = torch.tensor(
-        [[[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]],
-         [[1.0, 0.5], [0.0, 0.0], [0.0, 0.0]]], dtype=torch.float64)
+    G = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]], [[1.0, 0.5], [0.0, 0.0], [0.0, 0.0]]], dtype=torch.float64)
     o = make(JoGBa, G, init_order="identity", centering="none")
     run_static(o, G, 1)
     assert o.last_signs[:, 0].tolist() == [True, False]
@@ -202,7 +200,11 @@ def random_discrepancy(G, shared, gen, draws=10):
     M, K, _ = G.shape
     vals = []
     for _ in range(draws):
-        perms = torch.randperm(K, generator=gen).repeat(M, 1) if shared else torch.stack([torch.randperm(K, generator=gen) for _ in range(M)])
+        perms = (
+            torch.randperm(K, generator=gen).repeat(M, 1)
+            if shared
+            else torch.stack([torch.randperm(K, generator=gen) for _ in range(M)])
+        )
         vals.append(combined_discrepancy(perms, G))
     return float(torch.stack(vals).mean())
 
@@ -216,7 +218,9 @@ def test_combined_discrepancy_far_below_random_orders():
         G = gaussian_grads(3, 128, 16, seed=200 + inst)
         rnd.append(min(random_discrepancy(G, True, gen), random_discrepancy(G, False, gen)))
         lit.append(float(combined_discrepancy(run_static(make(JoGBa, G, seed=inst), G, 5), G)))
-        per.append(float(combined_discrepancy(run_static(make(JoGBa, G, seed=inst, centering="per_objective"), G, 5), G)))
+        per.append(
+            float(combined_discrepancy(run_static(make(JoGBa, G, seed=inst, centering="per_objective"), G, 5), G))
+        )
         sep.append(float(combined_discrepancy(run_static(make(GraBSeparate, G, seed=inst), G, 5), G)))
     lit, per, sep, rnd = map(np.array, (lit, per, sep, rnd))
     assert (lit / rnd).mean() <= 0.8

@@ -43,7 +43,9 @@ def status(run_dir: Path) -> str:
 
 def assert_same_run(full: Path, resumed: Path) -> None:
     """Final checkpoint bit for bit, the same metric records (no repeats) and final metrics."""
-    assert_state_equal(torch_load(full / "checkpoints" / "last.pt"), torch_load(resumed / "checkpoints" / "last.pt"), "last.pt")
+    assert_state_equal(
+        torch_load(full / "checkpoints" / "last.pt"), torch_load(resumed / "checkpoints" / "last.pt"), "last.pt"
+    )
     a, b = records(full), records(resumed)
     assert len(a) == len(b) and a == b
     assert final_metrics(full) == final_metrics(resumed)
@@ -59,7 +61,9 @@ def sigterm_after_first_record(argv: list[str], run_dir: Path, timeout: float = 
     """Start ``morl ARGV --run-dir RUN_DIR --no-progress``, SIGTERM it once metrics.jsonl has a
     line, check it exits 130 naming the checkpoint and ``morl resume``; returns its stderr."""
     cmd = [sys.executable, "-m", "morl.runners.cli", *argv, "--run-dir", str(run_dir), "--no-progress"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     metrics = run_dir / "metrics.jsonl"
     try:
         deadline = time.time() + timeout

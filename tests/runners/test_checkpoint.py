@@ -21,9 +21,17 @@ from morl.runners.cli import main as morl
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "configs" / "quickstart_point_mass.yaml")
 TINY = [
-    "agent.hidden_sizes=[16,16]", "agent.batch_size=32", "agent.buffer_capacity=2000",
-    "run.device=cpu", "run.warmup_steps=10", "run.log_every=10", "run.eval_every=20",
-    "run.checkpoint_every=20", "run.eval_episodes=1", "aggregator.name=mean", "aggregator.options={}",
+    "agent.hidden_sizes=[16,16]",
+    "agent.batch_size=32",
+    "agent.buffer_capacity=2000",
+    "run.device=cpu",
+    "run.warmup_steps=10",
+    "run.log_every=10",
+    "run.eval_every=20",
+    "run.checkpoint_every=20",
+    "run.eval_episodes=1",
+    "aggregator.name=mean",
+    "aggregator.options={}",
 ]
 
 
@@ -61,8 +69,13 @@ def _one_error_line(capsys) -> str:
 def test_numpy_states_round_trip_through_the_safe_format(tmp_path):
     rng = np.random.default_rng(7)
     rng.random(3)
-    state = {"np": np.random.get_state(), "pcg": rng.bit_generator.state, "arr": np.arange(6, dtype=np.float32).reshape(2, 3),
-             "scalar": np.int64(5), "nested": [(1, np.uint32(3)), {"t": torch.ones(2)}]}
+    state = {
+        "np": np.random.get_state(),
+        "pcg": rng.bit_generator.state,
+        "arr": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "scalar": np.int64(5),
+        "nested": [(1, np.uint32(3)), {"t": torch.ones(2)}],
+    }
     atomic_torch_save(state, tmp_path / "s.pt")
     back = torch_load(tmp_path / "s.pt")
     restored = np.random.default_rng(0)
@@ -82,7 +95,9 @@ def test_a_malicious_checkpoint_is_refused_and_nothing_runs(run_dir, tmp_path, c
         (evil / name).write_bytes((run_dir / name).read_bytes())
     (evil / "checkpoints").mkdir()
     marker = tmp_path / "pwned"
-    torch.save({"agent": Exploit(marker)}, evil / "checkpoints" / "last.pt")  # a real torch zip with a code-running pickle
+    torch.save(
+        {"agent": Exploit(marker)}, evil / "checkpoints" / "last.pt"
+    )  # a real torch zip with a code-running pickle
     before = _snapshot(evil)
     assert morl([command, str(evil)]) == 2
     line = _one_error_line(capsys)
@@ -100,8 +115,14 @@ def test_a_malicious_checkpoint_runs_nothing_in_a_subprocess_either(run_dir, tmp
     marker = tmp_path / "pwned"
     with open(evil / "checkpoints" / "last.pt", "wb") as fh:
         pickle.dump(Exploit(marker), fh)  # a plain (legacy-format) pickle
-    proc = subprocess.run([sys.executable, "-m", "morl.runners.cli", "resume", str(evil)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "morl.runners.cli", "resume", str(evil)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("morl: error: ")
     assert not marker.exists()
@@ -121,7 +142,9 @@ def test_a_damaged_last_pt_without_predecessor_gives_one_line(run_dir, tmp_path,
     last = run / "checkpoints" / "last.pt"
     (run / "checkpoints" / "last.prev.pt").unlink()
     data = last.read_bytes()
-    last.write_bytes({"empty": b"", "truncated": data[: len(data) // 2], "foreign": b"PK\x03\x04 not a checkpoint"}[damage])
+    last.write_bytes(
+        {"empty": b"", "truncated": data[: len(data) // 2], "foreign": b"PK\x03\x04 not a checkpoint"}[damage]
+    )
     before = _snapshot(run)
     for command in ("resume", "eval"):
         assert morl([command, str(run)]) == 2
@@ -240,8 +263,14 @@ def test_a_second_process_on_the_same_run_directory_is_refused(run_dir, tmp_path
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held.write("4242\n")
         held.flush()
-        proc = subprocess.run([sys.executable, "-m", "morl.runners.cli", "resume", str(run), "run.total_steps=60"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        proc = subprocess.run(
+            [sys.executable, "-m", "morl.runners.cli", "resume", str(run), "run.total_steps=60"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "in use by another morl process (pid 4242)" in proc.stderr
     assert torch_load(run / "checkpoints" / "last.pt")["step"] == 40  # nothing ran

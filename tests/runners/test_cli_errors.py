@@ -39,8 +39,17 @@ def _files(tmp: Path) -> dict[str, str]:
     np.savez(tmp / "strings.npz", x=np.array([["a", "b"]] * 8), y=np.zeros((8, 1)))
     np.savez(tmp / "rows.npz", x=np.zeros((8, 3)), y=np.zeros((7, 1)))
     np.savez(tmp / "inf.npz", x=np.full((8, 3), np.inf), y=np.zeros((8, 1)))
-    for data in ("header_only.csv", "two_rows.csv", "ragged.csv", "ten_rows.csv", "nan.csv",
-                 "empty.npz", "strings.npz", "rows.npz", "inf.npz"):
+    for data in (
+        "header_only.csv",
+        "two_rows.csv",
+        "ragged.csv",
+        "ten_rows.csv",
+        "nan.csv",
+        "empty.npz",
+        "strings.npz",
+        "rows.npz",
+        "inf.npz",
+    ):
         (tmp / f"{data}.yaml").write_text(SUPERVISED.format(data=tmp / data, out=out))
     (tmp / "folder").mkdir()
     return {"tmp": str(tmp)}

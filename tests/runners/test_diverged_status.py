@@ -73,8 +73,10 @@ def test_a_nan_model_is_never_saved_and_the_run_ends_diverged(tmp_path, capsys):
     run_dir, code = _run(tmp_path, Walk(nan_at=4))
     last = run_dir / "checkpoints" / "last.pt"
     assert code == 3 and _status(run_dir) == "diverged"
-    assert _one_line(capsys) == (f"morl: error: training diverged at step 4/6: the model holds non-finite (NaN/inf) values (x); "
-                                 f"last good checkpoint {last} (step 3); try a lower learning rate")
+    assert _one_line(capsys) == (
+        f"morl: error: training diverged at step 4/6: the model holds non-finite (NaN/inf) values (x); "
+        f"last good checkpoint {last} (step 3); try a lower learning rate"
+    )
     assert torch_load(last)["x"].item() == 3.0 and not (run_dir / "final_metrics.json").exists()
 
 
@@ -107,6 +109,7 @@ def test_some_skipped_updates_still_finish(tmp_path):
 
 # -- each kind of run ---------------------------------------------------------------------------
 
+
 def _morl_diverges(argv, capsys) -> str:
     with pytest.raises(SystemExit) as stop:
         morl([*argv, "--no-progress"])
@@ -125,10 +128,23 @@ def test_supervised_run_with_nan_outputs_ends_diverged_before_any_checkpoint(tmp
     # steps 2-34 of epoch 1 are skipped (33 < max_nonfinite_updates). The accuracy headline stays
     # finite (argmax of NaN logits), the validation loss does not: the run stops at epoch 1.
     run_dir = tmp_path / "run"
-    line = _morl_diverges(["supervised", str(CONFIGS / "supervised_digits_mean.yaml"), "optim.lr=1e30", "epochs=3",
-                           "eval_every=1", "checkpoint_every=1", "--run-dir", str(run_dir)], capsys)
-    assert line.startswith("morl: error: training diverged at epoch 1/3: the model outputs NaN/inf (validation digit/loss=nan) "
-                           "and its last 33 updates were skipped; no checkpoint was written before it; ")
+    line = _morl_diverges(
+        [
+            "supervised",
+            str(CONFIGS / "supervised_digits_mean.yaml"),
+            "optim.lr=1e30",
+            "epochs=3",
+            "eval_every=1",
+            "checkpoint_every=1",
+            "--run-dir",
+            str(run_dir),
+        ],
+        capsys,
+    )
+    assert line.startswith(
+        "morl: error: training diverged at epoch 1/3: the model outputs NaN/inf (validation digit/loss=nan) "
+        "and its last 33 updates were skipped; no checkpoint was written before it; "
+    )
     assert "optim.lr" in line and "max_grad_norm" in line
     assert _status(run_dir) == "diverged" and not (run_dir / "checkpoints" / "last.pt").exists()
 
@@ -137,10 +153,28 @@ def test_rl_run_whose_every_update_was_skipped_ends_diverged(tmp_path, capsys):
     # lr=inf: the guarded Adam step can never be taken, so every update is skipped; 40 updates stay
     # under max_nonfinite_updates=100, so only the end of the run can tell
     run_dir = tmp_path / "run"
-    line = _morl_diverges(["train", str(CONFIGS / "quickstart_point_mass.yaml"), "agent.batch_size=32", "agent.buffer_capacity=200",
-                           "run.device=cpu", "run.warmup_steps=20", "run.log_every=20", "run.eval_every=60",
-                           "run.checkpoint_every=20", "run.eval_episodes=1", "agent.hidden_sizes=[16]", "run.total_steps=60",
-                           "agent.actor_lr=inf", "agent.critic_lr=inf", "agent.alpha_lr=inf", "--run-dir", str(run_dir)], capsys)
+    line = _morl_diverges(
+        [
+            "train",
+            str(CONFIGS / "quickstart_point_mass.yaml"),
+            "agent.batch_size=32",
+            "agent.buffer_capacity=200",
+            "run.device=cpu",
+            "run.warmup_steps=20",
+            "run.log_every=20",
+            "run.eval_every=60",
+            "run.checkpoint_every=20",
+            "run.eval_episodes=1",
+            "agent.hidden_sizes=[16]",
+            "run.total_steps=60",
+            "agent.actor_lr=inf",
+            "agent.critic_lr=inf",
+            "agent.alpha_lr=inf",
+            "--run-dir",
+            str(run_dir),
+        ],
+        capsys,
+    )
     assert "at step 60/60: every one of the 40 updates was non-finite (NaN/inf) and skipped" in line
     assert "agent.critic_lr" in line and _status(run_dir) == "diverged"
     assert torch_load(run_dir / "checkpoints" / "last.pt")["step"] == 40
@@ -149,9 +183,24 @@ def test_rl_run_whose_every_update_was_skipped_ends_diverged(tmp_path, capsys):
 def test_fl_run_with_nan_losses_ends_diverged(tmp_path, capsys):
     # lr=1e30: round 1's local steps blow the models up; round 2's transport of their NaN losses fails
     run_dir = tmp_path / "run"
-    line = _morl_diverges(["fl", str(CONFIGS / "fl_most_official.yaml"), "device=cpu", "data.num_clients=8", "strategy.num_models=3",
-                           "train.local_steps=3", "strategy.most.warmup_rounds=1", "train.rounds=4", "train.eval_every=4",
-                           "train.checkpoint_every=1", "train.lr=1e30", "--run-dir", str(run_dir)], capsys)
+    line = _morl_diverges(
+        [
+            "fl",
+            str(CONFIGS / "fl_most_official.yaml"),
+            "device=cpu",
+            "data.num_clients=8",
+            "strategy.num_models=3",
+            "train.local_steps=3",
+            "strategy.most.warmup_rounds=1",
+            "train.rounds=4",
+            "train.eval_every=4",
+            "train.checkpoint_every=1",
+            "train.lr=1e30",
+            "--run-dir",
+            str(run_dir),
+        ],
+        capsys,
+    )
     assert line.startswith("morl: error: training diverged at round ") and "train.lr" in line
     assert _status(run_dir) == "diverged"
     last = run_dir / "checkpoints" / "last.pt"
@@ -163,8 +212,20 @@ def test_fl_run_with_nan_losses_ends_diverged(tmp_path, capsys):
 @pytest.mark.integration
 def test_forum_run_with_a_non_finite_direction_ends_diverged(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    line = _morl_diverges(["forum", str(CONFIGS / "forum_mtl_digits.yaml"), "forum.inner_steps=2", "mtl.hidden=[16]", "iterations=4",
-                           "eval_every=2", "mtl.lr=1e30", "--run-dir", str(run_dir)], capsys)
+    line = _morl_diverges(
+        [
+            "forum",
+            str(CONFIGS / "forum_mtl_digits.yaml"),
+            "forum.inner_steps=2",
+            "mtl.hidden=[16]",
+            "iterations=4",
+            "eval_every=2",
+            "mtl.lr=1e30",
+            "--run-dir",
+            str(run_dir),
+        ],
+        capsys,
+    )
     assert line.startswith("morl: error: training diverged at iteration 2/4: ") and "mtl.lr" in line
     assert _status(run_dir) == "diverged" and not (run_dir / "checkpoints" / "last.pt").exists()
 
@@ -172,8 +233,24 @@ def test_forum_run_with_a_non_finite_direction_ends_diverged(tmp_path, capsys):
 @pytest.mark.integration
 def test_prompt_run_with_a_non_finite_loss_ends_diverged(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    line = _morl_diverges(["prompt", str(CONFIGS / "prompt_most.yaml"), "encoder=tiny", "threads=1", "batch_size=16", "max_length=16",
-                           "data.options={train: 48, val: 16, test: 16}", "dispatcher.steps=10", "steps=4", "optim.lr=1e30",
-                           "--run-dir", str(run_dir)], capsys)
-    assert line.startswith("morl: error: training diverged at step 2/4: non-finite training loss") and "optim.lr" in line
+    line = _morl_diverges(
+        [
+            "prompt",
+            str(CONFIGS / "prompt_most.yaml"),
+            "encoder=tiny",
+            "threads=1",
+            "batch_size=16",
+            "max_length=16",
+            "data.options={train: 48, val: 16, test: 16}",
+            "dispatcher.steps=10",
+            "steps=4",
+            "optim.lr=1e30",
+            "--run-dir",
+            str(run_dir),
+        ],
+        capsys,
+    )
+    assert (
+        line.startswith("morl: error: training diverged at step 2/4: non-finite training loss") and "optim.lr" in line
+    )
     assert _status(run_dir) == "diverged" and not (run_dir / "checkpoints" / "last.pt").exists()

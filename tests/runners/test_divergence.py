@@ -22,9 +22,16 @@ ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "configs" / "quickstart_point_mass.yaml")
 DIGITS = str(ROOT / "configs" / "supervised_digits_mean.yaml")
 TINY = [
-    "agent.batch_size=64", "agent.buffer_capacity=4000", "run.device=cpu", "run.warmup_steps=20",
-    "run.log_every=20", "run.eval_every=100", "run.checkpoint_every=20", "run.eval_episodes=1",
-    "aggregator.name=pcgrad", "aggregator.options={}",
+    "agent.batch_size=64",
+    "agent.buffer_capacity=4000",
+    "run.device=cpu",
+    "run.warmup_steps=20",
+    "run.log_every=20",
+    "run.eval_every=100",
+    "run.checkpoint_every=20",
+    "run.eval_episodes=1",
+    "aggregator.name=pcgrad",
+    "aggregator.options={}",
 ]
 
 
@@ -48,7 +55,9 @@ def _all_finite(state) -> bool:
 
 def _networks(ckpt: dict) -> dict:
     agent = ckpt["agent"]
-    return {k: agent[k] for k in ("actor", "critic", "critic_target", "log_alpha", "actor_opt", "critic_opt", "alpha_opt")}
+    return {
+        k: agent[k] for k in ("actor", "critic", "critic_target", "log_alpha", "actor_opt", "critic_opt", "alpha_opt")
+    }
 
 
 def test_huge_critic_lr_stops_with_one_line_naming_step_and_checkpoint(tmp_path, capsys):
@@ -58,8 +67,19 @@ def test_huge_critic_lr_stops_with_one_line_naming_step_and_checkpoint(tmp_path,
     # ahead of the streak is update 1 (step 21): the good snapshot is step 20's.
     out_dir = tmp_path / "runs"
     with pytest.raises(SystemExit) as stop:
-        morl(["train", QUICK, *TINY, "agent.hidden_sizes=[32,32]", "agent.critic_lr=1e30", "run.total_steps=200",
-              "run.max_nonfinite_updates=30", f"run.out_dir={out_dir}", "--no-progress"])
+        morl(
+            [
+                "train",
+                QUICK,
+                *TINY,
+                "agent.hidden_sizes=[32,32]",
+                "agent.critic_lr=1e30",
+                "run.total_steps=200",
+                "run.max_nonfinite_updates=30",
+                f"run.out_dir={out_dir}",
+                "--no-progress",
+            ]
+        )
     assert stop.value.code == 3
     err = capsys.readouterr().err
     line = _diverged_line(err)
@@ -69,7 +89,10 @@ def test_huge_critic_lr_stops_with_one_line_naming_step_and_checkpoint(tmp_path,
     assert "run.max_nonfinite_updates=30" in line
     assert "step 40: warning: " in err and "of the last 20 updates were non-finite" in err  # reported before the stop
     # no checkpoint at the stop: the newest snapshot is step 40's, last.pt was written with it
-    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*.pt")) == ["step_000000020.pt", "step_000000040.pt"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*.pt")) == [
+        "step_000000020.pt",
+        "step_000000040.pt",
+    ]
     assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["step"] == 40
     assert _all_finite(_networks(torch.load(snapshot, weights_only=False)))
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -107,8 +130,14 @@ def test_huge_actor_lr_through_the_real_command_line(tmp_path):
     # The same run as a user starts it (16 s, mostly imports): exit status 3, no traceback.
     out_dir = tmp_path / "runs"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "morl.runners.cli", "train", *ACTOR_LR_RUN, f"run.out_dir={out_dir}", "--no-progress"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "morl.runners.cli", "train", *ACTOR_LR_RUN, f"run.out_dir={out_dir}", "--no-progress"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 3, proc.stderr
     assert "Traceback" not in proc.stdout
     _check_actor_lr_run(out_dir, proc.stderr)
@@ -129,8 +158,21 @@ def test_isolated_nonfinite_updates_are_skipped_reported_and_the_run_goes_on(tmp
 
     monkeypatch.setattr(MTSAC, "_critic_losses", poisoned)
     out_dir = tmp_path / "runs"
-    assert morl(["train", QUICK, *TINY, "agent.hidden_sizes=[32,32]", "run.total_steps=60",
-                 "run.max_nonfinite_updates=2", f"run.out_dir={out_dir}", "--no-progress"]) == 0
+    assert (
+        morl(
+            [
+                "train",
+                QUICK,
+                *TINY,
+                "agent.hidden_sizes=[32,32]",
+                "run.total_steps=60",
+                "run.max_nonfinite_updates=2",
+                f"run.out_dir={out_dir}",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "Traceback" not in err and "morl: error" not in err
     assert "step 40: warning: 2 of the last 20 updates were non-finite (NaN/inf) and skipped (2 in all)" in err
@@ -153,8 +195,18 @@ def test_supervised_huge_lr_stops_with_one_line(tmp_path, capsys):
     # skipped and the model's validation loss is NaN: the run stops before any checkpoint.
     out_dir = tmp_path / "runs"
     with pytest.raises(SystemExit) as stop:
-        morl(["supervised", DIGITS, "optim.lr=1e30", "epochs=5", "checkpoint_every=1", "eval_every=1", "max_nonfinite_updates=40",
-              f"out_dir={out_dir}"])
+        morl(
+            [
+                "supervised",
+                DIGITS,
+                "optim.lr=1e30",
+                "epochs=5",
+                "checkpoint_every=1",
+                "eval_every=1",
+                "max_nonfinite_updates=40",
+                f"out_dir={out_dir}",
+            ]
+        )
     assert stop.value.code == 3
     captured = capsys.readouterr()
     line = _diverged_line(captured.err)
@@ -169,6 +221,7 @@ def test_supervised_huge_lr_stops_with_one_line(tmp_path, capsys):
 
 # -- the supervised adapter's guard (MT-SAC's: tests/agents/rl/test_guarded_adam.py) --------------------
 
+
 @pytest.mark.parametrize("optim", ["adam", "sgd"])
 def test_supervised_adapter_undoes_a_nonfinite_step(optim):
     from morl.agents.supervised.multitask import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
@@ -177,9 +230,14 @@ def test_supervised_adapter_undoes_a_nonfinite_step(optim):
     specs = [TaskSpec("a", "regression"), TaskSpec("b", "regression")]
     torch.manual_seed(0)
     model = MultiHeadMLP(3, [4], specs)
-    opt = (torch.optim.Adam(model.parameters(), lr=1e-2) if optim == "adam"
-           else torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9))
-    adapter = SupervisedMTL(model, build("mean", check_finite="skip"), opt, shared="trunk", loss_fn=MultiTaskLoss(specs))
+    opt = (
+        torch.optim.Adam(model.parameters(), lr=1e-2)
+        if optim == "adam"
+        else torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+    )
+    adapter = SupervisedMTL(
+        model, build("mean", check_finite="skip"), opt, shared="trunk", loss_fn=MultiTaskLoss(specs)
+    )
     x, y = torch.randn(8, 3), torch.randn(8, 2)
     adapter.step((x, y))
     params = [q.detach().clone() for q in model.parameters()]

@@ -26,7 +26,9 @@ def quadratic(monkeypatch):
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600)])
 def test_run_files_follow_the_umask(quadratic, tmp_path, umask, mode):
-    cfg = quadratic.load_config(None, [f"out_dir={tmp_path}", "steps=4", "log_every=2", "eval_every=2", "checkpoint_every=2"])
+    cfg = quadratic.load_config(
+        None, [f"out_dir={tmp_path}", "steps=4", "log_every=2", "eval_every=2", "checkpoint_every=2"]
+    )
     old = os.umask(umask)
     try:
         run_dir = commands.start("quadratic", cfg, run_dir=tmp_path / "run", progress=False)

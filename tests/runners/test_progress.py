@@ -32,7 +32,9 @@ def test_the_window_rate_needs_two_samples():
     assert window.rate() == 5.0
 
 
-@pytest.mark.parametrize(("seconds", "text"), [(5, "00:05"), (65, "01:05"), (3600 * 2 + 61, "2:01:01"), (float("nan"), "?")])
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(5, "00:05"), (65, "01:05"), (3600 * 2 + 61, "2:01:01"), (float("nan"), "?")]
+)
 def test_format_eta(seconds, text):
     assert format_eta(seconds) == text
 

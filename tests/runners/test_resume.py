@@ -22,8 +22,15 @@ from tests.state_equality import assert_state_equal
 ROOT = Path(__file__).resolve().parents[2]
 QUICK = str(ROOT / "configs" / "quickstart_point_mass.yaml")
 TINY = [
-    "agent.hidden_sizes=[32,32]", "agent.batch_size=64", "agent.buffer_capacity=4000", "run.device=cpu",
-    "run.warmup_steps=10", "run.log_every=7", "run.eval_every=25", "run.checkpoint_every=20", "run.eval_episodes=1",
+    "agent.hidden_sizes=[32,32]",
+    "agent.batch_size=64",
+    "agent.buffer_capacity=4000",
+    "run.device=cpu",
+    "run.warmup_steps=10",
+    "run.log_every=7",
+    "run.eval_every=25",
+    "run.checkpoint_every=20",
+    "run.eval_episodes=1",
 ]
 
 
@@ -89,8 +96,18 @@ def test_resume_rejects_overrides_that_change_the_learner(tmp_path, capsys):
 def test_sigkill_then_morl_resume_finishes(tmp_path):
     out_dir = tmp_path / "runs"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "morl.runners.cli", "train", QUICK, *TINY, "run.checkpoint_every=10",
-           "run.total_steps=100000", f"run.out_dir={out_dir}", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "morl.runners.cli",
+        "train",
+        QUICK,
+        *TINY,
+        "run.checkpoint_every=10",
+        "run.total_steps=100000",
+        f"run.out_dir={out_dir}",
+        "--no-progress",
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.time() + 240
@@ -107,8 +124,20 @@ def test_sigkill_then_morl_resume_finishes(tmp_path):
     assert step >= 10 and step % 10 == 0
 
     resumed = subprocess.run(
-        [sys.executable, "-m", "morl.runners.cli", "resume", str(run_dir), f"run.total_steps={step + 15}", "--no-progress"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "morl.runners.cli",
+            "resume",
+            str(run_dir),
+            f"run.total_steps={step + 15}",
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming {run_dir} at step {step}" in resumed.stdout
@@ -117,8 +146,13 @@ def test_sigkill_then_morl_resume_finishes(tmp_path):
 
 def test_ctrl_c_writes_a_checkpoint_and_resume_equals_the_uninterrupted_run(tmp_path, monkeypatch):
     # Checkpoints are due only at the end, so the one the resume starts from is the interrupt's own.
-    overrides = [*TINY, "run.total_steps=50", "run.checkpoint_every=1000", "aggregator.name=pcgrad",
-                 "aggregator.options={}"]
+    overrides = [
+        *TINY,
+        "run.total_steps=50",
+        "run.checkpoint_every=1000",
+        "aggregator.name=pcgrad",
+        "aggregator.options={}",
+    ]
     full = start_run(load_rl_config(QUICK, [*overrides, f"run.out_dir={tmp_path / 'full'}"]), progress=False)
 
     real_collect = rl_loop.collect_action
@@ -149,8 +183,19 @@ def test_ctrl_c_writes_a_checkpoint_and_resume_equals_the_uninterrupted_run(tmp_
 def test_sigterm_to_morl_train_checkpoints_and_exits_130(tmp_path):
     out_dir = tmp_path / "runs"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "morl.runners.cli", "train", QUICK, *TINY, "run.checkpoint_every=100000",
-           "run.log_every=5", "run.total_steps=100000", f"run.out_dir={out_dir}", "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "morl.runners.cli",
+        "train",
+        QUICK,
+        *TINY,
+        "run.checkpoint_every=100000",
+        "run.log_every=5",
+        "run.total_steps=100000",
+        f"run.out_dir={out_dir}",
+        "--no-progress",
+    ]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 240

@@ -22,7 +22,9 @@ def _backend(logdir):
     mux = plugin_event_multiplexer.EventMultiplexer()
     mux.AddRunsFromDirectory(str(logdir))
     mux.Reload()
-    tb = base_plugin.TBContext(logdir=str(logdir), multiplexer=mux, data_provider=data_provider.MultiplexerDataProvider(mux, str(logdir)))
+    tb = base_plugin.TBContext(
+        logdir=str(logdir), multiplexer=mux, data_provider=data_provider.MultiplexerDataProvider(mux, str(logdir))
+    )
     return mux, tb, context.RequestContext()
 
 
@@ -34,7 +36,13 @@ def _fake_rl_run(run_dir, aggregator: str, final_success: float, task_names=TASK
     for step in (100, 200):
         log.per_task("eval/success", np.full(len(task_names), final_success * step / 200), task_names, step)
         log.per_task("aggregator/weight", np.full(len(task_names), 1 / len(task_names)), task_names, step, mean=False)
-        for tag in ("grad/cos_min", "grad/cos_mean", "grad/conflicting_pairs", "perf/transitions_per_s", "perf/updates_per_s"):
+        for tag in (
+            "grad/cos_min",
+            "grad/cos_mean",
+            "grad/conflicting_pairs",
+            "perf/transitions_per_s",
+            "perf/updates_per_s",
+        ):
             log.scalar(tag, 1.0, step)
     options = {"c": 0.5} if aggregator == "cagrad" else {}  # a key only some runs have
     cfg = {"aggregator": {"name": aggregator, "options": options}, "run": {"seed": 0}}
@@ -50,11 +58,18 @@ def test_layout_charts_match_exactly_the_tags_a_run_logs(tmp_path):
     drawn = {title: {t for t in tags if any(re.search(p, t) for p in spec[1])} for title, spec in charts.items()}
     assert drawn["eval success, every task"] == {f"eval/success/{t}" for t in TASKS}
     assert drawn["aggregator weights"] == {f"aggregator/weight/{t}" for t in TASKS}
-    assert drawn["gradient conflicts and speed"] == {"grad/cos_min", "grad/cos_mean", "grad/conflicting_pairs",
-                                                     "perf/transitions_per_s", "perf/updates_per_s"}
+    assert drawn["gradient conflicts and speed"] == {
+        "grad/cos_min",
+        "grad/cos_mean",
+        "grad/conflicting_pairs",
+        "perf/transitions_per_s",
+        "perf/updates_per_s",
+    }
     # without task names the charts match any task, still not the mean
     any_task = layout()[CATEGORY]
-    assert {t for t in tags if re.search(any_task["eval success, every task"][1][0], t)} == drawn["eval success, every task"]
+    assert {t for t in tags if re.search(any_task["eval success, every task"][1][0], t)} == drawn[
+        "eval success, every task"
+    ]
 
 
 def test_custom_scalars_plugin_merges_the_runs_layouts_once(tmp_path):
@@ -67,7 +82,13 @@ def test_custom_scalars_plugin_merges_the_runs_layouts_once(tmp_path):
     (category,) = merged["category"]
     assert category["title"] == CATEGORY
     titles = [c["title"] for c in category["chart"]]
-    assert titles == ["eval success, every task", "aggregator weights", "gradient conflicts and speed", "gradient conflicts", "speed"]
+    assert titles == [
+        "eval success, every task",
+        "aggregator weights",
+        "gradient conflicts and speed",
+        "gradient conflicts",
+        "speed",
+    ]
     success = category["chart"][0]["multiline"]["tag"]
     assert success == [f"^eval/success/{t}$" for t in TASKS]
 

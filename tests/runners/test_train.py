@@ -11,9 +11,17 @@ from morl.runners.cli import main as morl
 
 QUICK = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart_point_mass.yaml")
 TINY = [
-    "agent.hidden_sizes=[32,32]", "agent.batch_size=64", "agent.buffer_capacity=4000",
-    "run.device=cpu", "run.warmup_steps=20", "run.log_every=20", "run.eval_every=30",
-    "run.checkpoint_every=30", "run.eval_episodes=1", "aggregator.name=pcgrad", "aggregator.options={}",
+    "agent.hidden_sizes=[32,32]",
+    "agent.batch_size=64",
+    "agent.buffer_capacity=4000",
+    "run.device=cpu",
+    "run.warmup_steps=20",
+    "run.log_every=20",
+    "run.eval_every=30",
+    "run.checkpoint_every=30",
+    "run.eval_episodes=1",
+    "aggregator.name=pcgrad",
+    "aggregator.options={}",
 ]
 
 
@@ -74,8 +82,20 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
     for key in ("agent", "replay", "env", "eval_env", "rng", "stats"):
         assert key in ckpt
     assert {"python", "numpy", "torch", "sample_gen", "action_rng"} <= set(ckpt["rng"])
-    assert {"actor", "critic", "critic_target", "actor_opt", "critic_opt", "alpha_opt", "log_alpha", "aggregator"} <= set(ckpt["agent"])
-    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*.pt")) == ["step_000000030.pt", "step_000000060.pt"]
+    assert {
+        "actor",
+        "critic",
+        "critic_target",
+        "actor_opt",
+        "critic_opt",
+        "alpha_opt",
+        "log_alpha",
+        "aggregator",
+    } <= set(ckpt["agent"])
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*.pt")) == [
+        "step_000000030.pt",
+        "step_000000060.pt",
+    ]
 
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     train_lines = [x for x in lines if x["kind"] == "train"]
@@ -89,7 +109,13 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
     assert last["perf/aggregation_ms"] > 0 and last["aggregator/nonfinite_steps"] == 0
 
     info = json.loads((run_dir / "run.json").read_text())  # what resume/eval/sweep dispatch on
-    assert (info["kind"], info["status"], info["position"], info["total"], info["unit"]) == ("rl", "finished", 60, 60, "step")
+    assert (info["kind"], info["status"], info["position"], info["total"], info["unit"]) == (
+        "rl",
+        "finished",
+        60,
+        60,
+        "step",
+    )
     final = json.loads((run_dir / "final_metrics.json").read_text())
     assert final["step"] == 60 and final["headline"] == eval_lines[-1]["eval/success"]["mean"]
     assert final["eval/success"] == eval_lines[-1]["eval/success"]
@@ -98,11 +124,26 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
 
     tags = _tags(run_dir)
     expected = [
-        "train/success/mean", "train/return/goal-2", "eval/success/goal-0", "eval/success/mean", "eval/return/mean",
-        "loss/actor/goal-1", "loss/critic/goal-3", "alpha/goal-0", "aggregator/weight/goal-2",
-        "grad/cos_min", "grad/cos_mean", "grad/conflicting_pairs", "grad/norm_pre_aggregation",
-        "grad/norm_post_aggregation", "perf/transitions_per_s", "perf/env_fraction", "perf/update_fraction",
-        "perf/aggregation_fraction", "aggregator/nonfinite_steps", "config/text_summary",
+        "train/success/mean",
+        "train/return/goal-2",
+        "eval/success/goal-0",
+        "eval/success/mean",
+        "eval/return/mean",
+        "loss/actor/goal-1",
+        "loss/critic/goal-3",
+        "alpha/goal-0",
+        "aggregator/weight/goal-2",
+        "grad/cos_min",
+        "grad/cos_mean",
+        "grad/conflicting_pairs",
+        "grad/norm_pre_aggregation",
+        "grad/norm_post_aggregation",
+        "perf/transitions_per_s",
+        "perf/env_fraction",
+        "perf/update_fraction",
+        "perf/aggregation_fraction",
+        "aggregator/nonfinite_steps",
+        "config/text_summary",
     ]
     assert not [t for t in expected if t not in tags]
     capsys.readouterr()
@@ -129,8 +170,21 @@ def test_morl_train_learns_the_fast_env(tmp_path, capsys):
     # The quickstart recipe with the mean aggregator: 4 conflicting goals, 800 steps (200 random).
     # Seeds 0, 1, 2 all reach 100% here; a policy that ignores the task one-hot reaches at most 25%.
     out_dir = tmp_path / "runs"
-    assert morl(["train", QUICK, "aggregator.name=mean", "aggregator.options={}", "run.total_steps=800",
-                 "run.eval_every=400", "run.device=cpu", f"run.out_dir={out_dir}"]) == 0
+    assert (
+        morl(
+            [
+                "train",
+                QUICK,
+                "aggregator.name=mean",
+                "aggregator.options={}",
+                "run.total_steps=800",
+                "run.eval_every=400",
+                "run.device=cpu",
+                f"run.out_dir={out_dir}",
+            ]
+        )
+        == 0
+    )
     (run_dir,) = out_dir.iterdir()
     evals = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]
     assert [e["step"] for e in evals] == [400, 800]
@@ -149,7 +203,9 @@ def _assert_comparison_views(run_dir, headline: float) -> None:
     layout = json.loads(custom_scalars_plugin.CustomScalarsPlugin(tb).layout_impl(ctx, ""))
     charts = {c["title"]: c["multiline"]["tag"] for c in layout["category"][0]["chart"]}
     assert charts["eval success, every task"] == [f"^eval/success/goal\\-{i}$" for i in range(4)]
-    request = api_pb2.ListSessionGroupsRequest(start_index=0, slice_size=10, allowed_statuses=[api_pb2.STATUS_SUCCESS, api_pb2.STATUS_UNKNOWN])
+    request = api_pb2.ListSessionGroupsRequest(
+        start_index=0, slice_size=10, allowed_statuses=[api_pb2.STATUS_SUCCESS, api_pb2.STATUS_UNKNOWN]
+    )
     (group,) = list_session_groups.Handler(ctx, backend_context.Context(tb), "", request).run().session_groups
     assert group.name == "tb/hparams"
     assert group.hparams["aggregator.name"].string_value == "pcgrad"
@@ -160,7 +216,9 @@ def _assert_comparison_views(run_dir, headline: float) -> None:
 def test_overrides_may_follow_the_options():
     from morl.runners.cli import _parse, build_parser
 
-    args = _parse(build_parser(), ["train", QUICK, "seed=1", "--run-dir", "d", "run.seed=2", "--no-progress", "a.b=[1, 2]"])
+    args = _parse(
+        build_parser(), ["train", QUICK, "seed=1", "--run-dir", "d", "run.seed=2", "--no-progress", "a.b=[1, 2]"]
+    )
     assert (args.config, args.run_dir, args.no_progress) == (QUICK, "d", True)
     assert args.overrides == ["seed=1", "run.seed=2", "a.b=[1, 2]"]
     with pytest.raises(SystemExit) as exc:  # an unknown option stays argparse's error

@@ -92,8 +92,17 @@ def test_morl_eval_video_writes_videos_of_the_checkpoint(tmp_path, capsys):
 
     quick = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart_point_mass.yaml")
     run = tmp_path / "run"
-    tiny = ["agent.hidden_sizes=[16,16]", "agent.batch_size=64", "run.device=cpu", "run.warmup_steps=10", "run.total_steps=20",
-            "run.log_every=10", "run.eval_every=20", "run.checkpoint_every=20", "run.eval_episodes=1"]
+    tiny = [
+        "agent.hidden_sizes=[16,16]",
+        "agent.batch_size=64",
+        "run.device=cpu",
+        "run.warmup_steps=10",
+        "run.total_steps=20",
+        "run.log_every=10",
+        "run.eval_every=20",
+        "run.checkpoint_every=20",
+        "run.eval_episodes=1",
+    ]
     assert morl(["train", quick, *tiny, "--run-dir", str(run), "--no-progress"]) == 0
     capsys.readouterr()
 

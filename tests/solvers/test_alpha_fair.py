@@ -13,7 +13,9 @@ from morl.solvers.min_norm import ridge_for
 
 def _small_jacobian(seed: int, k: int, dtype=torch.float64) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, 4 * k, generator=gen, dtype=torch.float64) + 0.3 * torch.randn(1, 4 * k, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, 4 * k, generator=gen, dtype=torch.float64) + 0.3 * torch.randn(
+        1, 4 * k, generator=gen, dtype=torch.float64
+    )
     return j.to(dtype)
 
 
@@ -36,8 +38,14 @@ def test_the_alpha_fair_solver_on_a_batch_is_each_member_alone(a):
     relative (the residual tolerance is 1e-8); measured ≤ 9.1e-10."""
     grams = _member_grams()
     warm, _, _ = alpha_fair_solve(grams[0], a)
-    inits = torch.stack([warm, torch.zeros(4, dtype=torch.float64), torch.full((4,), float("nan"), dtype=torch.float64),
-                         torch.ones(4, dtype=torch.float64)])
+    inits = torch.stack(
+        [
+            warm,
+            torch.zeros(4, dtype=torch.float64),
+            torch.full((4,), float("nan"), dtype=torch.float64),
+            torch.ones(4, dtype=torch.float64),
+        ]
+    )
     w, converged, stationary = alpha_fair_solve(grams, a, init=inits)
     assert w.shape == (4, 4) and converged.shape == (4,) and stationary.shape == (4,)
     for i in range(4):

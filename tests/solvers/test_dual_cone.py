@@ -15,17 +15,21 @@ import numpy as np
 import pytest
 import quadprog
 import torch
+from jacobians import randomly_spread
 
 import morl.solvers.dual_cone as dc
-from jacobians import randomly_spread
 from morl.aggregators import build
 from morl.solvers.dual_cone import active_set_steps, project_to_dual_cone
 
 
 def _problem(seed, k, d, rank, shift=0.5):
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(rank, d, generator=gen, dtype=torch.float64)
-    j = j + shift * torch.randn(k, 1, generator=gen, dtype=torch.float64) * j[:1]  # shared direction: conflicts and agreements
+    j = torch.randn(k, rank, generator=gen, dtype=torch.float64) @ torch.randn(
+        rank, d, generator=gen, dtype=torch.float64
+    )
+    j = (
+        j + shift * torch.randn(k, 1, generator=gen, dtype=torch.float64) * j[:1]
+    )  # shared direction: conflicts and agreements
     u = torch.randn(3, k, generator=gen, dtype=torch.float64)
     u = torch.cat([torch.eye(k, dtype=torch.float64)[: min(k, 3)], u.abs(), u])  # UPGrad's, positive, any sign
     return j, u
@@ -45,11 +49,15 @@ def _quadprog_error(gram: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> flo
 
 def _cvxpy_projection(j: np.ndarray, u: np.ndarray) -> np.ndarray:
     v = cp.Variable(len(u))
-    cp.Problem(cp.Minimize(cp.sum_squares(j.T @ v)), [v >= u]).solve(solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    cp.Problem(cp.Minimize(cp.sum_squares(j.T @ v)), [v >= u]).solve(
+        solver=cp.CLARABEL, tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12
+    )
     return j.T @ v.value
 
 
-@pytest.mark.parametrize("k, exact_max_k", [(1, 10), (3, 10), (6, 10), (10, 10), (3, 0), (6, 0), (10, 0), (12, 10), (30, 10)])
+@pytest.mark.parametrize(
+    "k, exact_max_k", [(1, 10), (3, 10), (6, 10), (10, 10), (3, 0), (6, 0), (10, 0), (12, 10), (30, 10)]
+)
 def test_full_rank_projection_matches_quadprog(k, exact_max_k):
     """Measured over seeds 0..4 (K up to 50): max |v − v_qp| / max(1, |v_qp|) = 7.3e-10, at
     K = 11 where cond(G) = 1.8e6 (ε·cond: either solver's rounding); bound 5e-9. The
@@ -100,13 +108,23 @@ def test_iterative_projection_of_spread_rows_reaches_quadprogs_objective(k, rank
         j = randomly_spread(torch.Generator().manual_seed(31 * k + seed), k, 30, rank, 3.0)
         gram = j @ j.T
         gen = torch.Generator().manual_seed(seed)
-        u = torch.cat([torch.full((1, k), 1.0 / k, dtype=torch.float64), torch.eye(k, dtype=torch.float64) / k,
-                       torch.rand(2, k, generator=gen, dtype=torch.float64)])
+        u = torch.cat(
+            [
+                torch.full((1, k), 1.0 / k, dtype=torch.float64),
+                torch.eye(k, dtype=torch.float64) / k,
+                torch.rand(2, k, generator=gen, dtype=torch.float64),
+            ]
+        )
         v, ok = project_to_dual_cone(gram, u, exact_max_k=0)
         assert bool(ok.all()) and bool((v >= u - 1e-12 * u.abs().amax()).all())
         top = float(gram.diagonal().max())
         g = gram.numpy() / top + 1e-10 * np.eye(k)
-        ref = np.array([float(x @ gram.numpy() @ x) for x in (quadprog.solve_qp(g, np.zeros(k), np.eye(k), r)[0] for r in u.numpy())])
+        ref = np.array(
+            [
+                float(x @ gram.numpy() @ x)
+                for x in (quadprog.solve_qp(g, np.zeros(k), np.eye(k), r)[0] for r in u.numpy())
+            ]
+        )
         obj = ((v @ gram) * v).sum(-1).numpy()
         assert (obj <= ref + 1e-9 * top * u.abs().sum(-1).square().numpy()).all()
 
@@ -156,7 +174,9 @@ def test_a_batch_of_gramians_reaches_each_members_optimum(k):
     """Four rank-deficient Gramians [4, K, K] with their own right-hand sides through the
     iterative solver: each member's objective vᵀGv equals quadprog's on that member (G / max
     diag + 1e-10·I) to 1e-9 · max diag · (Σ|u|)², feasible and converged ([4, B] flags)."""
-    grams = torch.stack([(j := randomly_spread(torch.Generator().manual_seed(s), k, 30, k // 2 + 1, 1.0)) @ j.T for s in range(4)])
+    grams = torch.stack(
+        [(j := randomly_spread(torch.Generator().manual_seed(s), k, 30, k // 2 + 1, 1.0)) @ j.T for s in range(4)]
+    )
     u = torch.rand(4, 3, k, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     v, ok = project_to_dual_cone(grams, u, exact_max_k=0)
     assert ok.shape == (4, 3) and bool(ok.all()) and bool((v >= u - 1e-12).all())
@@ -193,8 +213,10 @@ def _steps_transcribed(g, c, z, free, tol, rounds):
     (θ = min (z−c)/(z−y) over rows with y < c; those at the minimum are fixed), and take
     instead the lowest of the arc points max(z + α(y − z), c), α = 1, 1/2, ..., 1/16."""
     k = len(c)
+
     def obj(x):
         return float(x @ g @ x)
+
     for _ in range(rounds):
         y = c.copy()
         f, a = np.flatnonzero(free), np.flatnonzero(~free)

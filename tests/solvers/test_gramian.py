@@ -4,8 +4,8 @@ rounded Gramian definite, against float64 products and numpy's eigenvalues."""
 import numpy as np
 import pytest
 import torch
-
 from jacobians import randomly_spread
+
 from morl.solvers.gramian import definite_ridge, gram_scale, gramian, normalized_gramian
 
 EPS32 = torch.finfo(torch.float32).eps
@@ -13,7 +13,9 @@ EPS32 = torch.finfo(torch.float32).eps
 
 def _rows(seed: int, k: int, d: int, dtype=torch.float32) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
-    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + 0.5 * torch.randn(1, d, generator=gen, dtype=torch.float64)
+    j = torch.randn(k, d, generator=gen, dtype=torch.float64) + 0.5 * torch.randn(
+        1, d, generator=gen, dtype=torch.float64
+    )
     j[0] *= -2.0  # rows of different norms and a sign
     return j.to(dtype)
 
@@ -113,7 +115,9 @@ def test_definite_ridge_makes_the_row_scaled_gramian_semidefinite_and_no_more(k)
 def test_two_leading_batch_dimensions_give_each_members_scale_and_ridge():
     """[2, 3, K, K] inputs: normalized_gramian's s is [2, 3] and definite_ridge [2, 3, 1, 1], each
     member's value that of its matrix alone (numpy's largest diagonal entry and eigenvalues)."""
-    grads = torch.stack([torch.stack([_rows(3 * i + j, 4, 9, torch.float64) * 10.0**j for j in range(3)]) for i in range(2)])
+    grads = torch.stack(
+        [torch.stack([_rows(3 * i + j, 4, 9, torch.float64) * 10.0**j for j in range(3)]) for i in range(2)]
+    )
     gram, s = normalized_gramian(grads)
     assert gram.shape == (2, 3, 4, 4) and s.shape == (2, 3)
     k = 5
@@ -123,7 +127,9 @@ def test_two_leading_batch_dimensions_give_each_members_scale_and_ridge():
             g = grads[i, j].numpy() @ grads[i, j].numpy().T
             assert float(s[i, j]) == pytest.approx(np.diag(g).max(), rel=1e-12)
             np.testing.assert_allclose(gram[i, j].numpy(), g / np.diag(g).max(), rtol=1e-12, atol=1e-15)
-            q = torch.linalg.qr(torch.randn(k, k, generator=torch.Generator().manual_seed(3 * i + j), dtype=torch.float64))[0]
+            q = torch.linalg.qr(
+                torch.randn(k, k, generator=torch.Generator().manual_seed(3 * i + j), dtype=torch.float64)
+            )[0]
             lam = torch.linspace(-(3 * i + j + 1) * k * EPS32, 2.0, k, dtype=torch.float64)
             grams[i, j] = q @ torch.diag(lam) @ q.T  # a different negative eigenvalue per member
     ridge = definite_ridge(grams, torch.float32)

@@ -9,9 +9,18 @@ import numpy as np
 import pytest
 import quadprog
 import torch
-
 from jacobians import randomly_spread
-from morl.solvers.min_norm import EPS_2, kkt_violation, min_norm, min_norm_2, min_norm_gap, min_norm_solve, ridge_for, wolfe_steps
+
+from morl.solvers.min_norm import (
+    EPS_2,
+    kkt_violation,
+    min_norm,
+    min_norm_2,
+    min_norm_gap,
+    min_norm_solve,
+    ridge_for,
+    wolfe_steps,
+)
 
 
 def exact_min_norm(gram: np.ndarray) -> np.ndarray:
@@ -52,6 +61,7 @@ def with_a_dominated_row(k: int, seed: int, rho: float) -> torch.Tensor:
     rows[-1] = 2 * mu * d / (d @ d) + noise
     return rows @ rows.T
 
+
 def ridged(gram: np.ndarray, ridge: float) -> np.ndarray:
     """The problem the solver documents it solves: G + ridge·diag(G) (a relative ridge)."""
     return gram + ridge * np.diag(np.diag(gram))
@@ -64,13 +74,13 @@ def kkt_residual(gram: np.ndarray, lam: np.ndarray) -> float:
     grad, f = g @ lam, lam @ g @ lam
     return max(float((f - grad).max()), float(np.abs(grad - f)[lam > 1e-9].max()))
 
+
 def _quadprog_min_norm(gram: np.ndarray, rho: float = 0.0) -> np.ndarray:
     k = gram.shape[0]
     s = gram.diagonal().max()
     q = gram / s + (rho / s + 1e-12) * np.eye(k)
     constraints = np.hstack([np.ones((k, 1)), np.eye(k)])
     return quadprog.solve_qp(q, np.zeros(k), constraints, np.r_[1.0, np.zeros(k)], meq=1)[0]
-
 
 
 def _qp_optimum(gram: torch.Tensor) -> float:
@@ -137,6 +147,7 @@ def _hard_gramian(seed: int, k: int, rank: int, stationary: bool) -> torch.Tenso
     j = randomly_spread(torch.Generator().manual_seed(7919 * k + seed), k, 40, rank, 6.0, stationary)
     return j @ j.T
 
+
 def _jacobian(gen, k, d, rank=None, scale=1.0):
     rank = rank or min(k, d)
     u = torch.randn(k, rank, generator=gen, dtype=torch.float64)
@@ -199,6 +210,7 @@ def test_degenerate_inputs_are_finite():
     assert torch.isfinite(lam).all() and abs(lam.sum().item() - 1) < 1e-6
     assert min_norm(torch.tensor([[4.0]])).item() == 1.0
 
+
 @pytest.mark.parametrize("k", [2, 3, 5, 8])
 @pytest.mark.parametrize("rho", [0.0, 0.3])
 def test_batched_min_norm_equals_support_enumeration(k, rho):
@@ -230,9 +242,11 @@ def test_two_objectives_at_the_vertices_and_the_tie():
     # g₁·g₂ ≥ ‖g₁‖²: the shorter gradient itself is the min-norm point (λ = (1, 0));
     # identical gradients: every λ on the simplex is optimal, the result must still be on it.
     gram = torch.tensor(
-        [[[1.0, 1.5], [1.5, 4.0]],  # g₁·g₂ = 1.5 ≥ ‖g₁‖² = 1
-         [[9.0, 3.0], [3.0, 1.0]],  # the same with g₂ the shorter one
-         [[2.0, 2.0], [2.0, 2.0]]],  # g₁ = g₂
+        [
+            [[1.0, 1.5], [1.5, 4.0]],  # g₁·g₂ = 1.5 ≥ ‖g₁‖² = 1
+            [[9.0, 3.0], [3.0, 1.0]],  # the same with g₂ the shorter one
+            [[2.0, 2.0], [2.0, 2.0]],
+        ],  # g₁ = g₂
         dtype=torch.float64,
     )
     lam = min_norm(gram)
@@ -258,6 +272,7 @@ def test_min_norm_gap_is_the_frank_wolfe_gap(rho):
         assert float(gaps[b]) > 1e-3
         opt = torch.from_numpy(exact_min_norm(grams[b].numpy() + rho * np.eye(4)))
         assert abs(float(min_norm_gap(grams[b], opt, rho=rho))) < 1e-12
+
 
 @pytest.mark.parametrize("k", [8, 14])
 def test_iterative_path_is_exact_and_reports_convergence(k):
@@ -358,7 +373,9 @@ def test_min_norm_2_boundary_tie_is_the_vertex():
     # g1·g2 = ‖g1‖² < ‖g2‖²: g2 − g1 ⟂ g1, so g1 itself is the min-norm point: λ = (1, 0) exactly.
     gram = torch.tensor([[1.0, 1.0], [1.0, 4.0]], dtype=torch.float64)
     torch.testing.assert_close(min_norm(gram), torch.tensor([1.0, 0.0], dtype=torch.float64), rtol=0, atol=1e-15)
-    torch.testing.assert_close(min_norm(gram.flip(0, 1)), torch.tensor([0.0, 1.0], dtype=torch.float64), rtol=0, atol=1e-15)
+    torch.testing.assert_close(
+        min_norm(gram.flip(0, 1)), torch.tensor([0.0, 1.0], dtype=torch.float64), rtol=0, atol=1e-15
+    )
 
 
 def test_kkt_violation_units_and_rounding_floor():
@@ -375,7 +392,9 @@ def test_kkt_violation_units_and_rounding_floor():
         grams.append(g)
         lams.append([1.0, 0.0, 0.0])
     for (tol, delta), g, lam in zip(cases, grams, lams):
-        out = kkt_violation(torch.tensor(g).unsqueeze(0).expand(2, 3, 3), torch.tensor([lam] * 2, dtype=torch.float64), tol)
+        out = kkt_violation(
+            torch.tensor(g).unsqueeze(0).expand(2, 3, 3), torch.tensor([lam] * 2, dtype=torch.float64), tol
+        )
         assert out.shape == (2, 3)
         d = 0.25 - g[1, 0]  # the δ actually stored
         np.testing.assert_allclose(out[:, 1].numpy(), d - tol * 0.5 - floor, rtol=1e-12, atol=1e-30)
@@ -402,7 +421,9 @@ def test_rho_enters_in_float64():
     lam = min_norm(grams / grams.diagonal(dim1=-2, dim2=-1).amax(-1)[:, None, None], rho=0.3)
     for b in range(2):
         g = grams[b].numpy() / np.diag(grams[b].numpy()).max()
-        np.testing.assert_allclose(lam[b].numpy(), exact_min_norm(ridged(g + 0.3 * np.eye(4), 1e-12)), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(
+            lam[b].numpy(), exact_min_norm(ridged(g + 0.3 * np.eye(4), 1e-12)), rtol=0, atol=1e-12
+        )
 
 
 def test_pareto_stationary_rows_give_the_zero_combination():
@@ -421,6 +442,7 @@ def test_float32_warm_start_for_a_float32_gramian():
     assert lam.dtype == torch.float32 and bool(done)
     ref = exact_min_norm(ridged(g32.double().numpy(), ridge_for(torch.float32)))
     np.testing.assert_allclose(lam.double().numpy(), ref, rtol=0, atol=1e-6)
+
 
 @pytest.mark.parametrize("k", [7, 9, 12])
 def test_each_wolfe_round_is_the_papers_step(k):
@@ -488,8 +510,10 @@ def test_cold_solves_of_float32_rank_deficient_and_stationary_gramians(k):
             assert float(0.5 * lam @ gram @ lam) <= _qp_optimum(gram) + 4e-6 * top, (seed, i)
 
 
-@pytest.mark.parametrize("k, seed, init", [(24, 19, None), (24, 29, None), (16, 27, "centre"), (24, 12, "vertex"),
-                                           (24, 15, "vertex"), (24, 19, "vertex")])
+@pytest.mark.parametrize(
+    "k, seed, init",
+    [(24, 19, None), (24, 29, None), (16, 27, "centre"), (24, 12, "vertex"), (24, 15, "vertex"), (24, 19, "vertex")],
+)
 def test_instances_that_need_more_than_k_plus_10_wolfe_rounds(k, seed, init):
     """Found by the 30-seed sweeps above: cold solves of float32 stationary Gramians (rank K/2)
     and warm solves of float64 ones (rank K/2, norms over 1e6) that Wolfe's K + 10 rounds
@@ -523,4 +547,3 @@ def test_flags_are_one_bool_per_problem_on_every_exit():
         for gram in (grams, grams[0]):
             lam, ok = min_norm_solve(gram)
             assert ok.dtype == torch.bool and ok.shape == gram.shape[:-2] and bool(ok.all())
-

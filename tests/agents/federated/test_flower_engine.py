@@ -64,8 +64,16 @@ def test_flower_official_round_matches_in_process_engine():
 
     def federation():
         most = MosT(3, gamma_scale="code", update="code")
-        strategy = S.MosTStrategy(most, warmup_rounds=1, combine="switch", sample_fraction=0.3,
-                                  gamma_average="cumulative", gamma_average_start=2, ot_resolve=1, seed=0)
+        strategy = S.MosTStrategy(
+            most,
+            warmup_rounds=1,
+            combine="switch",
+            sample_fraction=0.3,
+            gamma_average="cumulative",
+            gamma_average_start=2,
+            ot_resolve=1,
+            seed=0,
+        )
         return Federation(model, data, strategy, num_models=3, seed=0)
 
     ref = federation()

@@ -31,7 +31,7 @@ PROX_MU = 0.5
 
 def _logreg(theta, x, num_classes):
     d = x.shape[1]
-    return x @ theta[: d * num_classes].reshape(d, num_classes) + theta[d * num_classes:]
+    return x @ theta[: d * num_classes].reshape(d, num_classes) + theta[d * num_classes :]
 
 
 def _ce_and_grad(theta, x, y, num_classes):
@@ -67,7 +67,9 @@ def _hand_round(model, thetas, tr, noise, lr, mu):
     start = torch.zeros(m, n, dtype=torch.float64)
     for j in range(m):
         for i in range(n):
-            local[j, i] = _hand_client(thetas[j], tr.x[i], tr.y[i], tr.count[i], noise[i, j], lr, mu, model.num_classes)[0]
+            local[j, i] = _hand_client(
+                thetas[j], tr.x[i], tr.y[i], tr.count[i], noise[i, j], lr, mu, model.num_classes
+            )[0]
             c = int(tr.count[i])
             start[j, i] = _ce_and_grad(thetas[j].double(), tr.x[i, :c].double(), tr.y[i, :c], model.num_classes)[0]
     return local, start

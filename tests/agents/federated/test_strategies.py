@@ -25,7 +25,9 @@ def test_fedavg_and_fedmgda_aggregation(gen):
     torch.testing.assert_close(upd[0], (sizes.double() / 10) @ deltas[0])
     # ε = 0 pins FedMGDA+ to uniform weights; a large ε lets it reach the min-norm point.
     torch.testing.assert_close(S.FedMGDA(0.0).aggregate(deltas, None, sizes), deltas.mean(1), atol=1e-9, rtol=0)
-    lam = S.box_simplex_min_norm(torch.eye(3, dtype=torch.float64) * torch.tensor([1.0, 4.0, 4.0], dtype=torch.float64), 0.0, 1.0, iters=100)
+    lam = S.box_simplex_min_norm(
+        torch.eye(3, dtype=torch.float64) * torch.tensor([1.0, 4.0, 4.0], dtype=torch.float64), 0.0, 1.0, iters=100
+    )
     torch.testing.assert_close(lam, torch.tensor([2 / 3, 1 / 6, 1 / 6], dtype=torch.float64), atol=1e-6, rtol=0)
 
 
@@ -85,7 +87,9 @@ def test_mgda_update_is_the_exact_min_norm_point_per_model():
     # 3 models × 4 clients × 5 parameters; the deltas share a common component so the optimum
     # mixes interior and zero weights (checked below), not a vertex of the simplex.
     gen = torch.Generator().manual_seed(0)
-    deltas = torch.randn(3, 4, 5, generator=gen, dtype=torch.float64) + torch.tensor([1.0, 0.5, 0, 0, 0], dtype=torch.float64)
+    deltas = torch.randn(3, 4, 5, generator=gen, dtype=torch.float64) + torch.tensor(
+        [1.0, 0.5, 0, 0, 0], dtype=torch.float64
+    )
     update = S.MGDA().aggregate(deltas, torch.zeros(3, 4, dtype=torch.float64), torch.ones(4))
     assert update.shape == (3, 5) and update.dtype == torch.float64
     supports = []
@@ -99,8 +103,10 @@ def test_mgda_update_is_the_exact_min_norm_point_per_model():
 def test_mgda_two_clients_closed_form():
     # n = 2: λ₁ = clip(((Δ₂ − Δ₁)·Δ₂) / ‖Δ₁ − Δ₂‖², 0, 1); one model interior, one clipped.
     d = torch.tensor(
-        [[[1.0, 0.0], [0.0, 1.0]],  # orthogonal: λ = (½, ½)
-         [[1.0, 0.0], [3.0, 1.0]]],  # Δ₁ already the min-norm point: λ = (1, 0)
+        [
+            [[1.0, 0.0], [0.0, 1.0]],  # orthogonal: λ = (½, ½)
+            [[1.0, 0.0], [3.0, 1.0]],
+        ],  # Δ₁ already the min-norm point: λ = (1, 0)
         dtype=torch.float64,
     )
     update = S.MGDA().aggregate(d, torch.zeros(2, 2, dtype=torch.float64), torch.ones(2))
@@ -126,7 +132,9 @@ def test_linearization_weights_are_fixed_convex_and_per_model():
     # the update is linear in the deltas with exactly those weights
     gen = torch.Generator().manual_seed(1)
     deltas = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64)
-    torch.testing.assert_close(strat.aggregate(deltas, None, None), torch.einsum("ji,jip->jp", w, deltas), rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        strat.aggregate(deltas, None, None), torch.einsum("ji,jip->jp", w, deltas), rtol=0, atol=1e-12
+    )
     # same seed, same weights; another seed, other weights; sample counts play no part
     again = S.Linearization(num_models=3, num_clients=5, seed=4).aggregate(basis, None, torch.arange(1, 6))
     torch.testing.assert_close(again, w, rtol=0, atol=0)
@@ -142,8 +150,16 @@ def _box_simplex_qp(gram: np.ndarray, lo: float, hi: float) -> np.ndarray:
     return quadprog.solve_qp(0.5 * (gram + gram.T), np.zeros(n), constraints, bounds, 1)[0]
 
 
-@pytest.mark.parametrize("n, eps", [(3, 0.05), (5, 0.2), (8, 1.0), pytest.param(3, 1.0, marks=pytest.mark.integration),
-                                    pytest.param(8, 0.05, marks=pytest.mark.integration)])
+@pytest.mark.parametrize(
+    "n, eps",
+    [
+        (3, 0.05),
+        (5, 0.2),
+        (8, 1.0),
+        pytest.param(3, 1.0, marks=pytest.mark.integration),
+        pytest.param(8, 0.05, marks=pytest.mark.integration),
+    ],
+)
 def test_fedmgda_weights_are_the_box_constrained_min_norm_point(n, eps):
     """8 models (one call) × n clients whose deltas share a component (so the box binds for
     small ε and a simplex face for large ε), norms differing. 300 projected-gradient steps
@@ -152,7 +168,9 @@ def test_fedmgda_weights_are_the_box_constrained_min_norm_point(n, eps):
     Σ λ_i Δ_i with the RAW deltas."""
     gen = torch.Generator().manual_seed(10 * n + int(100 * eps))
     m, p = 8, 20
-    deltas = torch.randn(m, n, p, generator=gen, dtype=torch.float64) + 0.5 * torch.randn(m, 1, p, generator=gen, dtype=torch.float64)
+    deltas = torch.randn(m, n, p, generator=gen, dtype=torch.float64) + 0.5 * torch.randn(
+        m, 1, p, generator=gen, dtype=torch.float64
+    )
     deltas = deltas * torch.rand(m, n, 1, generator=gen, dtype=torch.float64)
     lo, hi = max(0.0, 1.0 / n - eps), min(1.0, 1.0 / n + eps)
     update = S.FedMGDA(eps).aggregate(deltas, None, torch.ones(n))
@@ -171,8 +189,9 @@ def test_linear_step_normalises_each_models_plan_column():
         gen = torch.Generator().manual_seed(seed)
         deltas = torch.randn(m, n, p, generator=gen, dtype=torch.float64)
         losses = torch.rand(m, n, generator=gen, dtype=torch.float64) + 0.5
-        strat = S.MosTStrategy(MosT(m, gamma_scale="paper", solver="ipot", warm_start=False), warmup_rounds=0,
-                               combine="linear")
+        strat = S.MosTStrategy(
+            MosT(m, gamma_scale="paper", solver="ipot", warm_start=False), warmup_rounds=0, combine="linear"
+        )
         update = strat.aggregate(deltas, losses, torch.ones(n))
         gamma = MosT(m, gamma_scale="paper", solver="ipot", warm_start=False).assign(losses)  # [n, m]
         assert abs(float(gamma.sum()) - 1) < 1e-9 and float(gamma.sum(0).max()) < 0.9  # columns far from 1
@@ -190,8 +209,9 @@ M, N, P = 2, 6, 5
 def _strategy(average):
     most = MosT(M, gamma_scale="code", update="code", solver="ipot", warm_start=True)
     kw = dict(gamma_momentum=0.5) if average == "ema" else dict(gamma_average="cumulative")
-    return S.MosTStrategy(most, warmup_rounds=1, combine="switch", sample_fraction=0.5, gamma_average_start=1,
-                          ot_resolve=1, seed=3, **kw)
+    return S.MosTStrategy(
+        most, warmup_rounds=1, combine="switch", sample_fraction=0.5, gamma_average_start=1, ot_resolve=1, seed=3, **kw
+    )
 
 
 def _round(strat, r, gen):
@@ -427,10 +447,14 @@ def test_ot_resolve_uses_predicted_losses_and_keeps_the_marginals(gen, monkeypat
 
 
 def test_bad_values_raise_in_the_library():
-    for kwargs, msg in [({"sample_fraction": 0.0}, "sample_fraction"), ({"sample_fraction": 1.01}, "sample_fraction"),
-                        ({"gamma_momentum": 1.0}, "gamma_momentum"), ({"gamma_momentum": -0.5}, "gamma_momentum"),
-                        ({"gamma_average": "sma"}, "allowed: ema, cumulative"),
-                        ({"gamma_average": "cumulative", "gamma_momentum": 0.5}, "gamma_average=ema only"),
-                        ({"ot_resolve": -1}, "ot_resolve")]:
+    for kwargs, msg in [
+        ({"sample_fraction": 0.0}, "sample_fraction"),
+        ({"sample_fraction": 1.01}, "sample_fraction"),
+        ({"gamma_momentum": 1.0}, "gamma_momentum"),
+        ({"gamma_momentum": -0.5}, "gamma_momentum"),
+        ({"gamma_average": "sma"}, "allowed: ema, cumulative"),
+        ({"gamma_average": "cumulative", "gamma_momentum": 0.5}, "gamma_average=ema only"),
+        ({"ot_resolve": -1}, "ot_resolve"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             S.MosTStrategy(_most(), **kwargs)

@@ -15,9 +15,9 @@ def test_batched_forward_equals_one_prompt_at_a_time(tiny):
     for j in range(3):
         one = PromptMixture(enc, 1, 4, 2)
         with torch.no_grad():
-            one.prompts.copy_(mix.prompts[j:j + 1])
-            one.head_weight.copy_(mix.head_weight[j:j + 1])
-            one.head_bias.copy_(mix.head_bias[j:j + 1])
+            one.prompts.copy_(mix.prompts[j : j + 1])
+            one.head_weight.copy_(mix.head_weight[j : j + 1])
+            one.head_bias.copy_(mix.head_bias[j : j + 1])
         lj, _ = one(ids, mask)
         torch.testing.assert_close(lj[0], logits[j], rtol=1e-5, atol=1e-5)
     assert feats.shape == (3, 2, enc.config.hidden_size)

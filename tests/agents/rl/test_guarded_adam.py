@@ -28,8 +28,9 @@ def test_guard_and_clip_coefficient_and_overflow_rules():
     # above: scaled by max/(‖g‖ + 1e-6) (the 1e-6 shows at ‖g‖ = 0.01: 1e-4 relative)
     g = [torch.tensor([0.006, 0.008], dtype=torch.float64)]
     guard_and_clip(g, max_norm=0.001)
-    torch.testing.assert_close(g[0], torch.tensor([0.006, 0.008], dtype=torch.float64) * (0.001 / (0.01 + 1e-6)),
-                               rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        g[0], torch.tensor([0.006, 0.008], dtype=torch.float64) * (0.001 / (0.01 + 1e-6)), rtol=1e-12, atol=0
+    )
     # a huge but finite gradient is what clipping is for: accepted, clipped to max_norm
     g = [torch.full((4,), 4e18)]  # ‖g‖ = 8e18: finite (float32 norms of entries above ~1e19 overflow)
     ok, _ = guard_and_clip(g, max_norm=1.0, zero_bad=False)
@@ -58,7 +59,9 @@ def test_adam_step_bound_holds_for_the_worst_gradient_sequence(betas, steps, tig
     worst = 0.0
     for i in range(steps):
         noise = torch.randn(2, generator=gen, dtype=torch.float64)
-        p.grad = torch.cat([torch.tensor([(b2 / b1) ** i], dtype=torch.float64), noise * torch.tensor([1.0, 1e3]) ** (i % 2)])
+        p.grad = torch.cat(
+            [torch.tensor([(b2 / b1) ** i], dtype=torch.float64), noise * torch.tensor([1.0, 1e3]) ** (i % 2)]
+        )
         before = p.detach().clone()
         opt.step()
         worst = max(worst, float((p.detach() - before).abs().max()))
@@ -75,9 +78,11 @@ def test_a_skipped_adam_step_leaves_parameters_and_state_bitwise(fused):
     p.grad = torch.tensor([1.0, -2.0, 0.5])
     assert bool(guarded_step(opt, [p], None))
     before = (p.detach().clone(), {k: v.clone() for k, v in opt.state[p].items()})
-    for grad, lr in ((torch.tensor([1.0, float("nan"), 0.0]), 1e-3),  # non-finite gradient
-                     (torch.tensor([2e19, 0.0, 0.0]), 1e-3),          # finite, but g^2 overflows Adam's v
-                     (torch.tensor([1.0, 1.0, 1.0]), 1e38)):          # 2 * lr * bound overflows float32
+    for grad, lr in (
+        (torch.tensor([1.0, float("nan"), 0.0]), 1e-3),  # non-finite gradient
+        (torch.tensor([2e19, 0.0, 0.0]), 1e-3),  # finite, but g^2 overflows Adam's v
+        (torch.tensor([1.0, 1.0, 1.0]), 1e38),
+    ):  # 2 * lr * bound overflows float32
         opt.param_groups[0]["lr"] = lr
         p.grad = grad
         assert not bool(guarded_step(opt, [p], None))
@@ -103,4 +108,6 @@ def test_a_huge_learning_rate_never_overflows_a_parameter():
         taken += int(guarded_step(opt_guarded, [guarded], None))
     assert not torch.isfinite(plain).all()
     assert torch.isfinite(guarded).all() and 20 <= taken <= 23
-    assert torch.allclose(guarded.detach(), torch.full((2,), -1e36 * taken), rtol=1e-5)  # every taken step moved it by lr
+    assert torch.allclose(
+        guarded.detach(), torch.full((2,), -1e36 * taken), rtol=1e-5
+    )  # every taken step moved it by lr

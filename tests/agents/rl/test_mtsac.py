@@ -37,7 +37,9 @@ OBS = OBS_RAW + T
 
 
 def _cfg(**kw):
-    base = dict(hidden_sizes=[32, 32], batch_size=T * B, buffer_capacity=1000, actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3)
+    base = dict(
+        hidden_sizes=[32, 32], batch_size=T * B, buffer_capacity=1000, actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3
+    )
     base.update(kw)
     return MTSACConfig(**base)
 
@@ -55,8 +57,13 @@ def _batch(seed=0, b=B):
     next_obs[..., :OBS_RAW] += 0.3 * torch.randn(T, b, OBS_RAW, generator=g)
     terminated = torch.zeros(T, b)
     terminated[:, ::3] = 1.0  # a third of the rows end an episode
-    return {"obs": obs, "action": torch.rand(T, b, A, generator=g) * 2 - 1, "reward": torch.randn(T, b, generator=g),
-            "next_obs": next_obs, "terminated": terminated}
+    return {
+        "obs": obs,
+        "action": torch.rand(T, b, A, generator=g) * 2 - 1,
+        "reward": torch.randn(T, b, generator=g),
+        "next_obs": next_obs,
+        "terminated": terminated,
+    }
 
 
 def _params(module):
@@ -78,14 +85,27 @@ GAMMA, TAU, TARGET_ENTROPY, LR, HB = 0.9, 0.25, -1.5, 1e-3, 8
 LOG_ALPHA = [math.log(0.5), 0.0, math.log(2.0)]  # distinct per task: the wrong task's α shows
 # path -> (aggregate, multi_head, one backward): the aggregators that need no gradients take one
 # backward of their weighted loss; "per_task" forces the [T, D] matrix through Mean.
-PATHS = {"one_backward": ("actor", False, True), "per_task": ("actor", False, False), "none": ("none", False, True),
-         "trunk": ("actor_trunk", True, False)}
+PATHS = {
+    "one_backward": ("actor", False, True),
+    "per_task": ("actor", False, False),
+    "none": ("none", False, True),
+    "trunk": ("actor_trunk", True, False),
+}
 
 
 def _math_agent(path, target_entropy=TARGET_ENTROPY, clamp=None):
     aggregate, multi_head, one_backward = PATHS[path]
-    agent = _agent("mean", hidden_sizes=[16, 16], batch_size=T * HB, gamma=GAMMA, tau=TAU, target_entropy=target_entropy,
-                   aggregate=aggregate, multi_head=multi_head, log_prob_clamp=clamp)
+    agent = _agent(
+        "mean",
+        hidden_sizes=[16, 16],
+        batch_size=T * HB,
+        gamma=GAMMA,
+        tau=TAU,
+        target_entropy=target_entropy,
+        aggregate=aggregate,
+        multi_head=multi_head,
+        log_prob_clamp=clamp,
+    )
     agent._one_backward = one_backward
     with torch.no_grad():
         agent.log_alpha.copy_(torch.tensor(LOG_ALPHA))
@@ -119,7 +139,7 @@ def _tanh_gaussian(mean, log_std, eps, clamp=None):
     std = log_std.exp()
     u = mean + std * eps
     a = torch.tanh(u)
-    jacobian = torch.log1p(-a ** 2) if clamp is None else torch.log((1 - a ** 2).clamp_min(0) + clamp)
+    jacobian = torch.log1p(-(a**2)) if clamp is None else torch.log((1 - a**2).clamp_min(0) + clamp)
     return a, Normal(mean, std).log_prob(u).sum(-1) - jacobian.sum(-1)
 
 
@@ -146,13 +166,21 @@ def _reference(agent, batch, eps_next, eps, critic_after, clamp=None):
         actor_losses.append((alpha[t] * logp - _min_q(aw, ab, t, b64["obs"][t], act)).mean())
         logps.append(logp.detach())
     critic_grads = torch.autograd.grad(sum(critic_loss), [*cw, *cb])
-    task_grads = [torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(actor.parameters()), retain_graph=True)])
-                  for loss in actor_losses]
+    task_grads = [
+        torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(actor.parameters()), retain_graph=True)])
+        for loss in actor_losses
+    ]
     logp = torch.stack(logps)
     alpha_grad = alpha * (-logp - agent.target_entropy).mean(1)  # dJ/dlog α_t = α_t mean_b(−log π − H̄)
-    return {"critic_loss": torch.stack(critic_loss).detach(), "critic_grads": critic_grads,
-            "actor_loss": torch.stack(actor_losses).detach(), "task_grads": torch.stack(task_grads),
-            "alpha_grad": alpha_grad, "target": torch.stack(targets), "logp": logp}
+    return {
+        "critic_loss": torch.stack(critic_loss).detach(),
+        "critic_grads": critic_grads,
+        "actor_loss": torch.stack(actor_losses).detach(),
+        "task_grads": torch.stack(task_grads),
+        "alpha_grad": alpha_grad,
+        "target": torch.stack(targets),
+        "logp": logp,
+    }
 
 
 def _run(path, clamp=None):
@@ -174,8 +202,17 @@ def _assert_adam_step(p0, p1, g, lr):
     assert float((p1.double() - p0.double()).abs().max()) <= lr * (1 + 1e-5)
 
 
-@pytest.mark.parametrize("path, clamp", [("one_backward", None), ("per_task", None), ("none", None), ("trunk", None),
-                                         ("one_backward", 0.5), ("per_task", 0.5)])
+@pytest.mark.parametrize(
+    "path, clamp",
+    [
+        ("one_backward", None),
+        ("per_task", None),
+        ("none", None),
+        ("trunk", None),
+        ("one_backward", 0.5),
+        ("per_task", 0.5),
+    ],
+)
 def test_one_update_matches_the_hand_computed_sac_gradients(path, clamp):
     """clamp 0.5: mtrl's log-prob form with a large ε, so that every log π (the TD target's, the
     actor's and the temperature's) moves visibly (checked below) and each must use it."""
@@ -207,9 +244,12 @@ def test_one_update_matches_the_hand_computed_sac_gradients(path, clamp):
     flat_after = torch.cat([p.detach().reshape(-1) for p in agent.actor.parameters()])
     _assert_adam_step(flat_before, flat_after, ref["task_grads"].mean(0), LR)
     _assert_adam_step(before.log_alpha.detach(), agent.log_alpha.detach(), ref["alpha_grad"], LR)
-    for old, online, new in zip(before.critic_target.parameters(), agent.critic.parameters(),
-                                agent.critic_target.parameters()):
-        torch.testing.assert_close(new.double(), (1 - TAU) * old.double() + TAU * online.detach().double(), rtol=0, atol=1e-6)
+    for old, online, new in zip(
+        before.critic_target.parameters(), agent.critic.parameters(), agent.critic_target.parameters()
+    ):
+        torch.testing.assert_close(
+            new.double(), (1 - TAU) * old.double() + TAU * online.detach().double(), rtol=0, atol=1e-6
+        )
 
 
 def test_per_task_actor_gradients_match_the_hand_computation():
@@ -290,7 +330,7 @@ def test_multi_head_act_picks_the_head_of_the_one_hot():
     obs = _batch()["obs"].reshape(T * B, OBS)
     before = agent.act(obs, deterministic=True)
     with torch.no_grad():  # perturb task 2's head only: columns [2 * 2A, 3 * 2A)
-        agent.actor.head_weight[:, 2 * 2 * A:3 * 2 * A] += 1.0
+        agent.actor.head_weight[:, 2 * 2 * A : 3 * 2 * A] += 1.0
     after = agent.act(obs, deterministic=True)
     task = obs[:, OBS_RAW:].argmax(1)
     assert torch.equal(before[task != 2], after[task != 2])
@@ -301,8 +341,15 @@ def test_update_returns_detached_per_task_tensors():
     out = _agent("cagrad").update(_batch(), step=0)
     for key in ("actor_loss", "critic_loss", "alpha", "alpha_loss", "entropy", "agg_weights", "grad_norm_task"):
         assert out[key].shape == (T,), key
-    for key in ("grad_norm_pre", "grad_norm_post", "grad_cos_min", "grad_cos_mean", "grad_conflicts", "nonfinite_updates",
-                "nonfinite_streak"):
+    for key in (
+        "grad_norm_pre",
+        "grad_norm_post",
+        "grad_cos_min",
+        "grad_cos_mean",
+        "grad_conflicts",
+        "nonfinite_updates",
+        "nonfinite_streak",
+    ):
         assert out[key].shape == (), key
     assert all(not v.requires_grad for v in out.values())
     assert -1 - 1e-6 <= out["grad_cos_min"] <= out["grad_cos_mean"] <= 1 + 1e-6
@@ -314,7 +361,10 @@ def test_diagnostics_only_add_the_conflict_statistics(aggregator):
     # aggregators that need no gradients compute the per-task gradients for the statistics only
     loud, quiet = _agent(aggregator), _agent(aggregator)
     for step in range(2):
-        out_l, out_q = loud.update(_batch(step), step, diagnostics=True), quiet.update(_batch(step), step, diagnostics=False)
+        out_l, out_q = (
+            loud.update(_batch(step), step, diagnostics=True),
+            quiet.update(_batch(step), step, diagnostics=False),
+        )
     assert "grad_cos_min" in out_l and "grad_cos_min" not in out_q and "grad_norm_task" not in out_q
     assert all(torch.equal(x, y) for x, y in zip(loud.actor.parameters(), quiet.actor.parameters()))
 
@@ -401,8 +451,11 @@ def test_a_loss_weighting_on_the_actor(mode):
     torch.testing.assert_close(out["agg_weights"], torch.full((T,), 0.5))
     trunk = set(uw.actor.trunk_parameter_names())
     names = [n for n, _ in uw.actor.named_parameters()]
-    for n, got, ref in zip(names, _first_moments(uw.actor_opt, list(uw.actor.parameters())),
-                           _first_moments(mean.actor_opt, list(mean.actor.parameters()))):
+    for n, got, ref in zip(
+        names,
+        _first_moments(uw.actor_opt, list(uw.actor.parameters())),
+        _first_moments(mean.actor_opt, list(mean.actor.parameters())),
+    ):
         factor = 1.5 if (mode == "actor" or n in trunk) else 1.0
         torch.testing.assert_close(got, factor * ref, rtol=1e-4, atol=1e-6 * float(ref.abs().max()))
 
@@ -465,8 +518,10 @@ def test_an_aggregator_without_gradients_on_the_critics_scales_critic_t_by_T_w_t
     agg.update(_batch(0), 0)
     plain.update(_batch(0), 0)
     torch.testing.assert_close(agg.critic_aggregator.weights, torch.full((T,), w))
-    for got, ref in zip(_first_moments(agg.critic_opt, list(agg.critic.parameters())),
-                        _first_moments(plain.critic_opt, list(plain.critic.parameters()))):
+    for got, ref in zip(
+        _first_moments(agg.critic_opt, list(agg.critic.parameters())),
+        _first_moments(plain.critic_opt, list(plain.critic.parameters())),
+    ):
         for t in range(T):
             torch.testing.assert_close(got[t], T * w * ref[t], rtol=1e-4, atol=1e-6 * float(ref.abs().max()))
 
@@ -606,8 +661,15 @@ def test_init_option_reaches_the_agent():
 
 
 # -- state, NaN ----------------------------------------------------------------------------------
-CAGRAD_RUN = dict(critic="shared", task_input="none", temperature="shared", aggregate_critic=True,
-                  aggregate_temperature=True, log_prob_clamp=1e-6, init="xavier")
+CAGRAD_RUN = dict(
+    critic="shared",
+    task_input="none",
+    temperature="shared",
+    aggregate_critic=True,
+    aggregate_temperature=True,
+    log_prob_clamp=1e-6,
+    init="xavier",
+)
 
 
 def _round_trip(agent, name, **kw):
@@ -618,8 +680,10 @@ def _round_trip(agent, name, **kw):
     return restored
 
 
-@pytest.mark.parametrize("name, options", [("pcgrad", {}), ("moco", dict(aggregate_critic=True)), ("cagrad", CAGRAD_RUN),
-                                           ("moco", CAGRAD_RUN)])
+@pytest.mark.parametrize(
+    "name, options",
+    [("pcgrad", {}), ("moco", dict(aggregate_critic=True)), ("cagrad", CAGRAD_RUN), ("moco", CAGRAD_RUN)],
+)
 def test_state_dict_round_trip_gives_identical_next_update(name, options):
     """A restored agent's next update is bit-identical, which needs every aggregator's state back
     (MoCo's tracked y and λ on the actor, the critics and the temperature) and the generator."""
@@ -627,8 +691,11 @@ def test_state_dict_round_trip_gives_identical_next_update(name, options):
     for step in range(3):
         agent.update(_batch(step), step)
     restored = _round_trip(agent, name=name, **options)
-    for mine, theirs in [(agent.aggregator, restored.aggregator), (agent.critic_aggregator, restored.critic_aggregator),
-                         (agent.temperature_aggregator, restored.temperature_aggregator)]:
+    for mine, theirs in [
+        (agent.aggregator, restored.aggregator),
+        (agent.critic_aggregator, restored.critic_aggregator),
+        (agent.temperature_aggregator, restored.temperature_aggregator),
+    ]:
         for key, value in ({} if mine is None else mine.state_dict()).items():
             if torch.is_tensor(value):
                 assert torch.equal(value, theirs.state_dict()[key]), key
@@ -648,7 +715,11 @@ def test_state_round_trip_keeps_the_counters_and_tolerates_missing_parts():
     agent.nonfinite_streak.fill_(2)
     agent.nonfinite_longest.fill_(3)
     restored = _round_trip(agent, name="moco", **CAGRAD_RUN)
-    assert (int(restored.nonfinite_updates), int(restored.nonfinite_streak), int(restored.nonfinite_longest)) == (5, 2, 3)
+    assert (int(restored.nonfinite_updates), int(restored.nonfinite_streak), int(restored.nonfinite_longest)) == (
+        5,
+        2,
+        3,
+    )
     old = agent.state_dict()  # a checkpoint from before the streak counters loads with no streak known
     del old["nonfinite_streak"], old["nonfinite_longest"]
     restored.load_state_dict(old)
@@ -674,7 +745,12 @@ def test_nan_never_reaches_the_parameters(field, name):
     actor, critic, alpha = _params(agent.actor), _params(agent.critic), agent.log_alpha.detach().clone()
     out = agent.update(batch, step=3)
     assert int(out["nonfinite_updates"]) == 1
-    for p in [*agent.actor.parameters(), *agent.critic.parameters(), *agent.critic_target.parameters(), agent.log_alpha]:
+    for p in [
+        *agent.actor.parameters(),
+        *agent.critic.parameters(),
+        *agent.critic_target.parameters(),
+        agent.log_alpha,
+    ]:
         assert torch.isfinite(p).all()
     # the poisoned components skip their step entirely
     assert all(torch.equal(x, y) for x, y in zip(critic, _params(agent.critic)))
@@ -717,24 +793,43 @@ def test_updates_keep_no_autograd_history_and_hold_a_constant_number_of_tensors(
 
 
 # -- config --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("kw", [dict(hidden_sizes=[1]), dict(batch_size=T), dict(buffer_capacity=T), dict(gamma=0.0),
-                                dict(gamma=1.0), dict(tau=1.0), dict(grad_clip=0.5)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(hidden_sizes=[1]),
+        dict(batch_size=T),
+        dict(buffer_capacity=T),
+        dict(gamma=0.0),
+        dict(gamma=1.0),
+        dict(tau=1.0),
+        dict(grad_clip=0.5),
+    ],
+)
 def test_boundary_configs_are_valid(kw):
     _cfg(**kw).validate(T)
 
 
-@pytest.mark.parametrize("kw, words", [
-    (dict(aggregate="critic"), ["agent.aggregate", "actor_trunk"]), (dict(batch_size=2), ["batch_size"]),
-    (dict(hidden_sizes=[]), ["hidden_sizes"]), (dict(hidden_sizes=[8, 0]), ["hidden_sizes"]),
-    (dict(gamma=1.5), ["gamma"]), (dict(tau=0.0), ["tau"]), (dict(grad_clip=0.0), ["grad_clip"]),
-    (dict(actor_update_freq=0), ["actor_update_freq"]), (dict(target_update_freq=0), ["target_update_freq"]),
-    (dict(log_std_min=1.0, log_std_max=1.0), ["log_std_min"]), (dict(actor_lr=0.0), ["actor_lr"]),
-    (dict(critic="both"), ["agent.critic", "per_task", "shared"]),
-    (dict(task_input="id"), ["agent.task_input", "onehot", "none"]),
-    (dict(temperature="global"), ["agent.temperature", "shared"]),
-    (dict(init="orthogonal"), ["agent.init", "xavier", "torch"]),
-    (dict(log_prob_clamp=0.0), ["agent.log_prob_clamp", "1e-6"]),
-])
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        (dict(aggregate="critic"), ["agent.aggregate", "actor_trunk"]),
+        (dict(batch_size=2), ["batch_size"]),
+        (dict(hidden_sizes=[]), ["hidden_sizes"]),
+        (dict(hidden_sizes=[8, 0]), ["hidden_sizes"]),
+        (dict(gamma=1.5), ["gamma"]),
+        (dict(tau=0.0), ["tau"]),
+        (dict(grad_clip=0.0), ["grad_clip"]),
+        (dict(actor_update_freq=0), ["actor_update_freq"]),
+        (dict(target_update_freq=0), ["target_update_freq"]),
+        (dict(log_std_min=1.0, log_std_max=1.0), ["log_std_min"]),
+        (dict(actor_lr=0.0), ["actor_lr"]),
+        (dict(critic="both"), ["agent.critic", "per_task", "shared"]),
+        (dict(task_input="id"), ["agent.task_input", "onehot", "none"]),
+        (dict(temperature="global"), ["agent.temperature", "shared"]),
+        (dict(init="orthogonal"), ["agent.init", "xavier", "torch"]),
+        (dict(log_prob_clamp=0.0), ["agent.log_prob_clamp", "1e-6"]),
+    ],
+)
 def test_a_bad_config_names_the_field_and_what_is_allowed(kw, words):
     with pytest.raises(ValueError) as exc:
         _cfg(**kw).validate(T)
@@ -763,15 +858,24 @@ def test_compiled_update_matches_eager():
 EVAL_EVERY, EVAL_EPISODES, TARGET = 250, 10, 0.9
 
 
-def train_until_success(aggregator, *, num_tasks=4, seed=0, max_steps=1500, warmup=200, first_eval=500,
-                        agent_options=None, **options):
+def train_until_success(
+    aggregator, *, num_tasks=4, seed=0, max_steps=1500, warmup=200, first_eval=500, agent_options=None, **options
+):
     """Train MT-SAC on point_mass; return the (step, mean success) evaluations until TARGET is met.
     ``options`` go to the aggregator, ``agent_options`` to ``MTSACConfig`` (e.g. ``critic="shared"``)."""
     env = make_env("point_mass", seed=seed, num_tasks=num_tasks)
     eval_env = make_env("point_mass", seed=seed + 10_000, num_tasks=num_tasks, envs_per_task=EVAL_EPISODES, eval=True)
     obs_dim, act_dim = env.single_observation_space.shape[0], env.single_action_space.shape[0]
-    cfg = MTSACConfig(hidden_sizes=[64, 64], batch_size=64 * num_tasks, buffer_capacity=50_000, actor_lr=1e-3,
-                      critic_lr=1e-3, alpha_lr=1e-3, init_temperature=0.1, **(agent_options or {}))
+    cfg = MTSACConfig(
+        hidden_sizes=[64, 64],
+        batch_size=64 * num_tasks,
+        buffer_capacity=50_000,
+        actor_lr=1e-3,
+        critic_lr=1e-3,
+        alpha_lr=1e-3,
+        init_temperature=0.1,
+        **(agent_options or {}),
+    )
     agent = MTSAC(obs_dim, act_dim, num_tasks, cfg, morl.build(aggregator, **options), "cpu", seed)
     replay = MultiTaskReplay(num_tasks, cfg.buffer_capacity // num_tasks, obs_dim, act_dim, "cpu")
     sampler = torch.Generator().manual_seed(seed)
@@ -801,8 +905,14 @@ def train_until_success(aggregator, *, num_tasks=4, seed=0, max_steps=1500, warm
 # whose per-task losses also go through the aggregator, mtrl's log-prob clamp and init. The one-hot
 # stays in the inputs: point_mass tasks differ by it alone. Seeds 0-2, mean and CAGrad (c = 0.9):
 # every run reached 1.0 by step 750, half the 1500-step budget.
-SHARED_LEARNER = dict(critic="shared", temperature="shared", aggregate_critic=True, aggregate_temperature=True,
-                      log_prob_clamp=1e-6, init="xavier")
+SHARED_LEARNER = dict(
+    critic="shared",
+    temperature="shared",
+    aggregate_critic=True,
+    aggregate_temperature=True,
+    log_prob_clamp=1e-6,
+    init="xavier",
+)
 
 
 @pytest.mark.integration
@@ -814,8 +924,16 @@ def test_mtsac_learns_point_mass(aggregator, options):
 
 @pytest.mark.integration
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("aggregator, options", [("mean", {}), ("cagrad", {"c": 0.9}), ("pcgrad", {}), ("moco", {}),
-                                                 ("moco", {"base": "cagrad", "base_options": {"c": 0.9}})])
+@pytest.mark.parametrize(
+    "aggregator, options",
+    [
+        ("mean", {}),
+        ("cagrad", {"c": 0.9}),
+        ("pcgrad", {}),
+        ("moco", {}),
+        ("moco", {"base": "cagrad", "base_options": {"c": 0.9}}),
+    ],
+)
 def test_mtsac_learns_point_mass_more_tasks_and_seeds(aggregator, options, seed):
     history = train_until_success(aggregator, num_tasks=8, seed=seed, max_steps=4000, **options)
     assert history[-1][1] >= TARGET, f"{aggregator} seed {seed}: evaluations (step, mean success) {history}"

@@ -32,7 +32,7 @@ def test_tanh_gaussian_log_prob_matches_torch_distributions():
 def test_log_prob_clamp_caps_the_jacobian_at_log_epsilon():
     mean = torch.tensor([[30.0, -30.0]])  # tanh saturates to exactly ±1 in float32
     log_std, eps = torch.full((1, 2), -1.0), torch.tensor([[0.3, -0.2]])
-    gauss = (-0.5 * eps ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum()
+    gauss = (-0.5 * eps**2 - log_std - 0.5 * math.log(2 * math.pi)).sum()
     _, clamped = squashed_sample(mean, log_std, eps, 1e-6)
     torch.testing.assert_close(clamped[0], gauss - 2 * math.log(1e-6))
     _, exact = squashed_sample(mean, log_std, eps)
@@ -44,7 +44,11 @@ def test_log_prob_clamp_caps_the_jacobian_at_log_epsilon():
 
 def test_log_prob_clamp_is_invisible_away_from_saturation():
     g = torch.Generator().manual_seed(0)
-    mean, log_std, eps = torch.randn(64, 4, generator=g), -torch.rand(64, 4, generator=g), torch.randn(64, 4, generator=g)
+    mean, log_std, eps = (
+        torch.randn(64, 4, generator=g),
+        -torch.rand(64, 4, generator=g),
+        torch.randn(64, 4, generator=g),
+    )
     a, exact = squashed_sample(mean, log_std, eps)
     _, clamped = squashed_sample(mean, log_std, eps, 1e-6)
     # |log(x + 1e-6) - log x| <= 1e-6 / x with x = 1 - a² >= 1 - max a², summed over 4 dimensions

@@ -44,15 +44,23 @@ def test_the_replay_holds_each_episodes_final_observation_and_its_true_terminati
     where the env terminated."""
     env = ScriptedEnv()
     steps = 12
-    model = MultiTaskSAC("MlpPolicy", env, aggregator="mean", seed=0, buffer_size=64, learning_starts=10_000,
-                         policy_kwargs=dict(net_arch=[8]))
+    model = MultiTaskSAC(
+        "MlpPolicy",
+        env,
+        aggregator="mean",
+        seed=0,
+        buffer_size=64,
+        learning_starts=10_000,
+        policy_kwargs=dict(net_arch=[8]),
+    )
     model.learn(steps * env.num_envs)
     buffer = model.replay_buffer
     assert buffer.pos == steps
     terminal = buffer.dones[:steps] * (1 - buffer.timeouts[:steps])  # SB3's target uses (1 - this)
     for i in range(env.num_envs):
-        check_transitions(buffer.observations[:steps, i], buffer.next_observations[:steps, i], terminal[:, i],
-                          env.terminate_at[i])
+        check_transitions(
+            buffer.observations[:steps, i], buffer.next_observations[:steps, i], terminal[:, i], env.terminate_at[i]
+        )
     ends = buffer.next_observations[:steps, :, STEP]
     assert buffer.dones[:steps].sum(0).tolist() == [(ends[:, i] == end).sum() for i, end in enumerate([3, 5, 5])]
     assert terminal.sum(0).tolist() == [4, 0, 2]
@@ -100,7 +108,13 @@ def test_learns_point_mass_logs_tensorboard_and_round_trips(tmp_path):
     """
     env = make_env("point_mass", seed=0)
     model = MultiTaskSAC(
-        "MlpPolicy", env, aggregator="cagrad", aggregator_options={"c": 0.5}, seed=0, tensorboard_log=str(tmp_path), **SMALL
+        "MlpPolicy",
+        env,
+        aggregator="cagrad",
+        aggregator_options={"c": 0.5},
+        seed=0,
+        tensorboard_log=str(tmp_path),
+        **SMALL,
     )
     model.learn(4000)
     evaluation = make_env("point_mass", seed=1, eval=True)
@@ -166,8 +180,16 @@ def test_gsde_noise_is_resampled_as_sb3_sac_does():
     """
     from stable_baselines3 import SAC
 
-    kwargs = dict(use_sde=True, sde_sample_freq=4, train_freq=8, gradient_steps=2, learning_starts=64, batch_size=64,
-                  policy_kwargs=dict(net_arch=[32, 32]), seed=0)
+    kwargs = dict(
+        use_sde=True,
+        sde_sample_freq=4,
+        train_freq=8,
+        gradient_steps=2,
+        learning_starts=64,
+        batch_size=64,
+        policy_kwargs=dict(net_arch=[32, 32]),
+        seed=0,
+    )
     ours = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0), aggregator="mgda", **kwargs)
     theirs = SAC("MlpPolicy", SB3VecEnv(make_env("point_mass", seed=0)), **kwargs)
     theirs.set_logger(folderless_logger())  # SB3's default logger leaves an empty folder in $TMPDIR
@@ -175,7 +197,9 @@ def test_gsde_noise_is_resampled_as_sb3_sac_does():
     for model in (ours, theirs):
         calls = []
         reset_noise = model.actor.reset_noise
-        model.actor.reset_noise = lambda *a, _calls=calls, _reset=reset_noise, **k: (_calls.append(1), _reset(*a, **k))[1]
+        model.actor.reset_noise = lambda *a, _calls=calls, _reset=reset_noise, **k: (_calls.append(1), _reset(*a, **k))[
+            1
+        ]
         model.learn(256)
         counts.append(len(calls))
     assert counts == [36, 36]
@@ -187,8 +211,14 @@ def test_gsde_noise_is_resampled_as_sb3_sac_does():
 def test_ent_coef_loss_is_logged_under_sb3s_key(num_tasks):
     """``train/ent_coef_loss``: SB3's SAC logs ``-mean_i log alpha (log pi(a_i|s_i) + H)``; with K
     temperatures it is the mean over the batch's tasks of each task's own mean (the same for K = 1)."""
-    model = MultiTaskSAC("MlpPolicy", make_env("point_mass", seed=0, num_tasks=num_tasks), aggregator="mean", seed=0,
-                         ent_coef="auto_0.5", **COLLECT)
+    model = MultiTaskSAC(
+        "MlpPolicy",
+        make_env("point_mass", seed=0, num_tasks=num_tasks),
+        aggregator="mean",
+        seed=0,
+        ent_coef="auto_0.5",
+        **COLLECT,
+    )
     model.learn(300)
     batch = _without_task(model, task=3) if num_tasks == 4 else model.replay_buffer.sample(64)
     model.replay_buffer.sample = lambda *a, **k: batch
@@ -201,7 +231,9 @@ def test_ent_coef_loss_is_logged_under_sb3s_key(num_tasks):
     torch.manual_seed(7)  # the same sampled actions inside train()
     model.train(gradient_steps=1, batch_size=len(batch.observations))
     assert len(per_task) == min(num_tasks, 3)  # target entropy "auto" = -dim A = -2
-    np.testing.assert_allclose(model.logger.name_to_value["train/ent_coef_loss"], float(torch.stack(per_task).mean()), rtol=1e-5)
+    np.testing.assert_allclose(
+        model.logger.name_to_value["train/ent_coef_loss"], float(torch.stack(per_task).mean()), rtol=1e-5
+    )
 
 
 def test_a_task_absent_from_the_batch_is_left_out_of_the_aggregation():

@@ -17,8 +17,14 @@ SPECS = [TaskSpec("a", "classification", 3), TaskSpec("b", "regression"), TaskSp
 def batch(n=16, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 5, generator=g, dtype=torch.float64)
-    y = torch.stack([torch.randint(0, 3, (n,), generator=g).double(), torch.randn(n, generator=g, dtype=torch.float64),
-                     torch.randint(0, 2, (n,), generator=g).double()], 1)
+    y = torch.stack(
+        [
+            torch.randint(0, 3, (n,), generator=g).double(),
+            torch.randn(n, generator=g, dtype=torch.float64),
+            torch.randint(0, 2, (n,), generator=g).double(),
+        ],
+        1,
+    )
     return x, y
 
 
@@ -68,8 +74,9 @@ def test_step_equals_manual_k_backward_reference(agg_name):
 def test_each_head_gets_only_its_own_task_gradient():
     x, y = batch()
     net = model()
-    adapter = SupervisedMTL(net, build("mgda"), torch.optim.SGD(net.parameters(), lr=0.0), shared=net.trunk,
-                            loss_fn=MultiTaskLoss(SPECS))
+    adapter = SupervisedMTL(
+        net, build("mgda"), torch.optim.SGD(net.parameters(), lr=0.0), shared=net.trunk, loss_fn=MultiTaskLoss(SPECS)
+    )
     adapter.step((x, y))
     losses = MultiTaskLoss(SPECS)(net(x), y)
     for k, head in enumerate(net.heads):
@@ -84,19 +91,26 @@ def test_shared_can_be_prefixes_modules_or_tensors():
     by_name = SupervisedMTL(net, build("mean"), opt, shared=["trunk"], loss_fn=MultiTaskLoss(SPECS))
     by_mod = SupervisedMTL(net, build("mean"), opt, shared=net.trunk, loss_fn=MultiTaskLoss(SPECS))
     by_list = SupervisedMTL(net, build("mean"), opt, shared=list(net.trunk.parameters()), loss_fn=MultiTaskLoss(SPECS))
-    assert [id(p) for p in by_name.shared_params] == [id(p) for p in by_mod.shared_params] == [id(p) for p in by_list.shared_params]
+    assert (
+        [id(p) for p in by_name.shared_params]
+        == [id(p) for p in by_mod.shared_params]
+        == [id(p) for p in by_list.shared_params]
+    )
     assert len(by_name.task_params) == 6
     with pytest.raises(ValueError, match="match no trainable parameter.*heads, trunk"):
         SupervisedMTL(net, build("mean"), opt, shared="encoder", loss_fn=MultiTaskLoss(SPECS))
     with pytest.raises(ValueError, match="subset"):
-        SupervisedMTL(net, build("mean"), opt, shared=[torch.zeros(2, requires_grad=True)], loss_fn=MultiTaskLoss(SPECS))
+        SupervisedMTL(
+            net, build("mean"), opt, shared=[torch.zeros(2, requires_grad=True)], loss_fn=MultiTaskLoss(SPECS)
+        )
 
 
 def test_task_index_evaluates_each_task_on_its_own_rows():
     x, y = batch(n=12)
     net = model()
-    adapter = SupervisedMTL(net, build("mean"), torch.optim.SGD(net.parameters(), lr=0.1), shared="trunk",
-                            loss_fn=MultiTaskLoss(SPECS))
+    adapter = SupervisedMTL(
+        net, build("mean"), torch.optim.SGD(net.parameters(), lr=0.1), shared="trunk", loss_fn=MultiTaskLoss(SPECS)
+    )
     idx = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 2, 3]])
     got = adapter.task_losses((x, y), idx)
     full = MultiTaskLoss(SPECS)
@@ -108,8 +122,14 @@ def test_task_weights_scale_the_task_gradients():
     x, y = batch()
     w = torch.tensor([2.0, 0.5, 0.0], dtype=torch.float64)
     a, b = model(), model()
-    adapter = SupervisedMTL(a, build("mean"), torch.optim.SGD(a.parameters(), lr=0.1), shared="trunk",
-                            loss_fn=MultiTaskLoss(SPECS), task_weights=w)
+    adapter = SupervisedMTL(
+        a,
+        build("mean"),
+        torch.optim.SGD(a.parameters(), lr=0.1),
+        shared="trunk",
+        loss_fn=MultiTaskLoss(SPECS),
+        task_weights=w,
+    )
     adapter.step((x, y))
     manual_step(b, build("mean"), x, y, 0.1, weights=w)
     for pa, pb in zip(a.parameters(), b.parameters()):
@@ -129,7 +149,9 @@ def test_model_that_returns_its_own_losses():
 
         def forward(self, x, y):
             z = torch.tanh(self.body(x))
-            return torch.stack([((self.t0(z).squeeze(-1) - y[:, 0]) ** 2).mean(), ((self.t1(z).squeeze(-1) - y[:, 1]) ** 2).mean()])
+            return torch.stack(
+                [((self.t0(z).squeeze(-1) - y[:, 0]) ** 2).mean(), ((self.t1(z).squeeze(-1) - y[:, 1]) ** 2).mean()]
+            )
 
     torch.manual_seed(0)
     net = TwoLosses()
@@ -147,8 +169,9 @@ def test_model_that_returns_its_own_losses():
 def test_evaluate_matches_manual_metrics():
     x, y = batch(n=40)
     net = model()
-    adapter = SupervisedMTL(net, build("mean"), torch.optim.SGD(net.parameters(), lr=0.1), shared="trunk",
-                            loss_fn=MultiTaskLoss(SPECS))
+    adapter = SupervisedMTL(
+        net, build("mean"), torch.optim.SGD(net.parameters(), lr=0.1), shared="trunk", loss_fn=MultiTaskLoss(SPECS)
+    )
     got = adapter.evaluate([(x[:15], y[:15]), (x[15:], y[15:])])
     with torch.no_grad():
         out = net(x)
@@ -161,8 +184,12 @@ def test_evaluate_matches_manual_metrics():
 def test_state_dict_round_trip_continues_identically():
     x, y = batch()
     nets = [model(), model()]
-    ads = [SupervisedMTL(n, build("moco"), torch.optim.Adam(n.parameters(), lr=0.01), shared="trunk",
-                         loss_fn=MultiTaskLoss(SPECS)) for n in nets]
+    ads = [
+        SupervisedMTL(
+            n, build("moco"), torch.optim.Adam(n.parameters(), lr=0.01), shared="trunk", loss_fn=MultiTaskLoss(SPECS)
+        )
+        for n in nets
+    ]
     for s in range(3):
         ads[0].step(batch(seed=s))
     # Through bytes, as a checkpoint would be (optimizer state dicts alias live tensors).
@@ -182,8 +209,9 @@ def test_non_finite_loss_raises_and_leaves_parameters_untouched():
     y[0, 1] = float("nan")
     net = model()
     before = [p.detach().clone() for p in net.parameters()]
-    adapter = SupervisedMTL(net, build("mgda"), torch.optim.SGD(net.parameters(), lr=0.1), shared="trunk",
-                            loss_fn=MultiTaskLoss(SPECS))
+    adapter = SupervisedMTL(
+        net, build("mgda"), torch.optim.SGD(net.parameters(), lr=0.1), shared="trunk", loss_fn=MultiTaskLoss(SPECS)
+    )
     with pytest.raises(ValueError, match="non-finite"):
         adapter.step((x, y))
     for p, q in zip(net.parameters(), before):
@@ -194,8 +222,13 @@ def test_mgda_learns_the_digits_tasks():
     data = load_dataset("digits", seed=0)
     torch.manual_seed(0)
     net = MultiHeadMLP(data.in_dim, [64], data.specs)
-    adapter = SupervisedMTL(net, build("mgda"), torch.optim.Adam(net.parameters(), lr=5e-3), shared="trunk",
-                            loss_fn=MultiTaskLoss(data.specs))
+    adapter = SupervisedMTL(
+        net,
+        build("mgda"),
+        torch.optim.Adam(net.parameters(), lr=5e-3),
+        shared="trunk",
+        loss_fn=MultiTaskLoss(data.specs),
+    )
     x, y = data.train
     gen = torch.Generator().manual_seed(0)
     for _ in range(3):

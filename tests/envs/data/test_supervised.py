@@ -16,7 +16,9 @@ def test_digits_splits_are_seeded_disjoint_and_labels_derived():
 
     full = torch.as_tensor(load_digits().images / 16.0, dtype=torch.float32).flatten(1)
     assert rows.shape[0] == 1797
-    assert torch.equal(torch.sort(rows.sum(1) + rows[:, 20] * 1e-3).values, torch.sort(full.sum(1) + full[:, 20] * 1e-3).values)
+    assert torch.equal(
+        torch.sort(rows.sum(1) + rows[:, 20] * 1e-3).values, torch.sort(full.sum(1) + full[:, 20] * 1e-3).values
+    )
     y = a.train[1]
     assert torch.equal(y[:, 1], y[:, 0] % 2) and torch.equal(y[:, 2], (y[:, 0] > 4).float())
     assert [s.num_classes for s in a.specs] == [10, 2, 2]
@@ -41,7 +43,10 @@ def test_file_loader_csv_and_npz(tmp_path):
     x = torch.randn(50, 3, generator=g)
     cls = (x[:, 0] > 0).float()
     csv = tmp_path / "d.csv"
-    csv.write_text("f0,f1,f2,label,value\n" + "\n".join(f"{a},{b},{c},{int(l)},{a + b}" for (a, b, c), l in zip(x.tolist(), cls.tolist())))
+    csv.write_text(
+        "f0,f1,f2,label,value\n"
+        + "\n".join(f"{a},{b},{c},{int(l)},{a + b}" for (a, b, c), l in zip(x.tolist(), cls.tolist()))
+    )
     d = load_dataset("file", path=str(csv), targets=["label", "value"], task_kinds=["classification", "regression"])
     assert d.task_names == ["label", "value"] and d.specs[0].num_classes == 2 and d.in_dim == 3
     assert d.train[0].mean(0).abs().max() < 1e-5  # standardised with training statistics

@@ -10,8 +10,16 @@ from morl.runners.cli import main as morl
 
 
 def test_bench_measures_every_aggregator_and_sb3_on_the_fast_env():
-    result = bench_rl.measure("point_mass", device=torch.device("cpu"), hidden=[32, 32], batch=64,
-                              fill_steps=20, loop_steps=4, updates=4, warmup=1)
+    result = bench_rl.measure(
+        "point_mass",
+        device=torch.device("cpu"),
+        hidden=[32, 32],
+        batch=64,
+        fill_steps=20,
+        loop_steps=4,
+        updates=4,
+        warmup=1,
+    )
     loop = result["loop"]
     assert list(loop) == ["mean", "pcgrad", "cagrad", "moco"]
     assert loop["mean"]["ratio_to_mean"] == 1.0
@@ -30,6 +38,7 @@ def test_bench_measures_every_aggregator_and_sb3_on_the_fast_env():
 
 def test_sb3_baseline_has_the_same_network_sizes_and_batch():
     import morl.envs as envs
+
     model = bench_rl.sb3_model(envs.make_env("point_mass", seed=0), [32, 32], 64, torch.device("cpu"))
     linears = [m for m in model.actor.latent_pi.modules() if isinstance(m, torch.nn.Linear)]
     assert [m.out_features for m in linears] == [32, 32] and model.batch_size == 64

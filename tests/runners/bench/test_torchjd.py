@@ -16,13 +16,20 @@ def test_bench_against_torchjd_quick(tmp_path, capsys):
     out, threads = tmp_path / "against.json", torch.get_num_threads()
     assert main(["bench", "aggregators", "--against", "torchjd", "--quick", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "1 thread(s)" in printed and torch.get_num_threads() == threads and "reduction='sum'" in printed and "rescale=0" in printed
+    assert (
+        "1 thread(s)" in printed
+        and torch.get_num_threads() == threads
+        and "reduction='sum'" in printed
+        and "rescale=0" in printed
+    )
     names = [name for name, _, _ in paired_methods()]
     assert {"mgda", "cagrad", "pcgrad"} <= set(names)
     rows = json.loads(out.read_text())["rows"]
     assert {(r["method"], r["K"], r["D"]) for r in rows} == {(m, k, d) for m in names for k in QUICK_K for d in QUICK_D}
     for r in rows:
-        assert "error" in r or (r["ms"] > 0 and r["torchjd_ms"] > 0 and r["verdict"] in ("target", "ok", "MISS", "PASSES")), r
+        assert "error" in r or (
+            r["ms"] > 0 and r["torchjd_ms"] > 0 and r["verdict"] in ("target", "ok", "MISS", "PASSES")
+        ), r
         if "ratio" in r:  # the floor: the two passes' time over TorchJD's
             assert r["floor"] == pytest.approx((r["gemm_ms"] + r["wj_ms"]) / r["torchjd_ms"])
     timed = {r["method"] for r in rows if "ratio" in r}
@@ -41,7 +48,19 @@ def test_bench_against_needs_the_aggregators_target(capsys):
 def test_bench_against_torchjd_method_filter(tmp_path, capsys):
     """`--methods` and `--ks` restrict the side-by-side table to the chosen cells."""
     out = tmp_path / "against.json"
-    args = ["bench", "aggregators", "--against", "torchjd", "--quick", "--methods", "mgda,upgrad", "--ks", "3", "--out", str(out)]
+    args = [
+        "bench",
+        "aggregators",
+        "--against",
+        "torchjd",
+        "--quick",
+        "--methods",
+        "mgda,upgrad",
+        "--ks",
+        "3",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     rows = json.loads(out.read_text())["rows"]
     assert {(r["method"], r["K"]) for r in rows} == {("mgda", 3), ("upgrad", 3)}
@@ -67,7 +86,19 @@ def test_a_miss_is_put_down_to_the_passes_only_when_they_take_most_of_the_peers_
 def test_bench_against_torchjd_sizes(tmp_path, capsys):
     """`--ds` picks the matrix widths (MT10's actor: D = 344008); bad sizes get one line."""
     out = tmp_path / "against.json"
-    args = ["bench", "aggregators", "--against", "torchjd", "--quick", "--methods", "mgda", "--ks", "2", "--ds", "300,2e3"]
+    args = [
+        "bench",
+        "aggregators",
+        "--against",
+        "torchjd",
+        "--quick",
+        "--methods",
+        "mgda",
+        "--ks",
+        "2",
+        "--ds",
+        "300,2e3",
+    ]
     assert main([*args, "--out", str(out)]) == 0
     assert sorted(r["D"] for r in json.loads(out.read_text())["rows"]) == [300, 2000]
     capsys.readouterr()

@@ -8,14 +8,25 @@ from morl.runners.cli import main as morl
 
 
 def test_cli_writes_a_run_and_rejects_bad_config(tmp_path, capsys):
-    args = ["configs/fl_synthetic_most.yaml", "train.rounds=2", "train.eval_every=1", "data.num_clients=5",
-            "train.local_steps=2", "device=cpu", "strategy.most.warmup_rounds=1"]
+    args = [
+        "configs/fl_synthetic_most.yaml",
+        "train.rounds=2",
+        "train.eval_every=1",
+        "data.num_clients=5",
+        "train.local_steps=2",
+        "device=cpu",
+        "strategy.most.warmup_rounds=1",
+    ]
     assert morl(["fl", *args, f"out_dir={tmp_path}", "--no-progress"]) == 0
     run_dir = next(tmp_path.iterdir())
     for name in ("config.yaml", "metrics.jsonl", "final_metrics.json", "run.json", "checkpoints/last.pt"):
         assert (run_dir / name).is_file()
     assert any((run_dir / "tb").iterdir())
-    for bad, msg in [("strategy.most.tau=-1", "tau"), ("strategy.name=fedsgd", "allowed"), ("train.rounds=0", "rounds")]:
+    for bad, msg in [
+        ("strategy.most.tau=-1", "tau"),
+        ("strategy.name=fedsgd", "allowed"),
+        ("train.rounds=0", "rounds"),
+    ]:
         capsys.readouterr()
         assert morl(["fl", *args, f"out_dir={tmp_path}/x", bad]) == 2
         err = capsys.readouterr().err.strip()
@@ -23,14 +34,17 @@ def test_cli_writes_a_run_and_rejects_bad_config(tmp_path, capsys):
     assert not (tmp_path / "x").exists()  # nothing half-written
 
 
-@pytest.mark.parametrize("bad, msg", [
-    ("strategy.most.sample_fraction=0", "sample_fraction must be in \\(0, 1\\]"),
-    ("strategy.most.sample_fraction=1.5", "sample_fraction must be in \\(0, 1\\]"),
-    ("strategy.most.gamma_momentum=1.0", "gamma_momentum must be in \\[0, 1\\)"),
-    ("strategy.most.gamma_momentum=-0.1", "gamma_momentum must be in \\[0, 1\\)"),
-    ("strategy.most.ot_resolve=-1", "ot_resolve must be >= 0"),
-    ("strategy.most.loss_source=end", "loss_source"),
-])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        ("strategy.most.sample_fraction=0", "sample_fraction must be in \\(0, 1\\]"),
+        ("strategy.most.sample_fraction=1.5", "sample_fraction must be in \\(0, 1\\]"),
+        ("strategy.most.gamma_momentum=1.0", "gamma_momentum must be in \\[0, 1\\)"),
+        ("strategy.most.gamma_momentum=-0.1", "gamma_momentum must be in \\[0, 1\\)"),
+        ("strategy.most.ot_resolve=-1", "ot_resolve must be >= 0"),
+        ("strategy.most.loss_source=end", "loss_source"),
+    ],
+)
 def test_bad_values_give_one_line_errors(bad, msg, tmp_path, capsys):
     assert morl(["fl", "configs/fl_most_official.yaml", f"out_dir={tmp_path / 'runs'}", bad]) == 2
     err = capsys.readouterr().err.strip()

@@ -28,8 +28,15 @@ CONFIG = str(ROOT / "configs" / "fl_most_official.yaml")
 
 # The official round exercises every piece of resumable state: pair sampling with cached stale
 # deltas, the cumulative Γ average, the switch's avg_S, the curriculum, the OT warm start.
-TINY = ["device=cpu", "data.num_clients=8", "strategy.num_models=3", "train.local_steps=3", "strategy.most.warmup_rounds=1",
-        "strategy.most.sample_fraction=0.25", "strategy.most.gamma_average_start=4"]
+TINY = [
+    "device=cpu",
+    "data.num_clients=8",
+    "strategy.num_models=3",
+    "train.local_steps=3",
+    "strategy.most.warmup_rounds=1",
+    "strategy.most.sample_fraction=0.25",
+    "strategy.most.gamma_average_start=4",
+]
 
 
 ARGS = [*TINY, "train.rounds=9", "train.eval_every=2", "train.checkpoint_every=3"]
@@ -72,7 +79,9 @@ def test_stopped_and_resumed_in_process_equals_the_uninterrupted_run(tmp_path):
     _assert_same_run(full, stopped, 9)
     strategy = _state(full)["federation"]["strategy"]
     assert len(strategy["branches"]) == 8 and strategy["cache_deltas"] is not None and strategy["gamma_count"] > 0
-    assert [(r["kind"], r["step"]) for r in _records(full)] == [(k, s) for s in (2, 4, 6, 8, 9) for k in ("train", "eval")]
+    assert [(r["kind"], r["step"]) for r in _records(full)] == [
+        (k, s) for s in (2, 4, 6, 8, 9) for k in ("train", "eval")
+    ]
 
 
 def test_crashed_run_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
@@ -90,7 +99,9 @@ def test_crashed_run_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
         start("fl", cfg(), run_dir=tmp_path / "crashed", progress=False)
     monkeypatch.setattr(simulator.Federation, "run_round", orig)
     crashed = tmp_path / "crashed"
-    assert torch_load(crashed / "checkpoints" / "last.pt")["round"] == 6 and not (crashed / "final_metrics.json").exists()
+    assert (
+        torch_load(crashed / "checkpoints" / "last.pt")["round"] == 6 and not (crashed / "final_metrics.json").exists()
+    )
     assert morl(["resume", str(crashed), "--no-progress"]) == 0  # dispatches on run.json
     _assert_same_run(full, crashed, 9)  # the records of round 7 (written before the crash) are not repeated
 
@@ -99,7 +110,9 @@ def test_crashed_run_resumes_from_its_last_checkpoint(tmp_path, monkeypatch):
 def test_sigterm_checkpoints_and_morl_resume_finishes_the_run(tmp_path):
     # Long enough (80 rounds, ~2 s of CPU) that the signal arrives mid-run.
     args = [CONFIG, *TINY, "train.rounds=80", "train.eval_every=4", "train.checkpoint_every=1000"]
-    start("fl", FLExperiment.load_config(args[0], args[1:]), run_dir=tmp_path / "full", progress=False)  # the reference, in process
+    start(
+        "fl", FLExperiment.load_config(args[0], args[1:]), run_dir=tmp_path / "full", progress=False
+    )  # the reference, in process
     run_dir = tmp_path / "stopped"
     sigterm_after_first_record(["fl", *args], run_dir)
     assert 0 < torch_load(run_dir / "checkpoints" / "last.pt")["round"] < 80
@@ -107,12 +120,15 @@ def test_sigterm_checkpoints_and_morl_resume_finishes_the_run(tmp_path):
     _assert_same_run(tmp_path / "full", run_dir, 80)
 
 
-@pytest.mark.parametrize("bad, says", [
-    ("train.epochs=3", "unknown config key 'train.epochs'"),
-    ("train.rounds=0", "train.rounds must be >= 1"),
-    ("strategy.most.sample_fraction=1.5", "sample_fraction must be in (0, 1]"),
-    ("train.checkpoint_minutes=0", "train.checkpoint_minutes must be > 0 or null"),
-])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("train.epochs=3", "unknown config key 'train.epochs'"),
+        ("train.rounds=0", "train.rounds must be >= 1"),
+        ("strategy.most.sample_fraction=1.5", "sample_fraction must be in (0, 1]"),
+        ("train.checkpoint_minutes=0", "train.checkpoint_minutes must be > 0 or null"),
+    ],
+)
 def test_bad_input_one_line_exit_2_nothing_written(bad, says, tmp_path, capsys):
     assert morl(["fl", CONFIG, *ARGS, bad, "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip()
@@ -156,9 +172,18 @@ def test_flower_engine_steps_one_round_at_a_time_and_resumes_bitwise(tmp_path):
     # Three Ray start-ups: about 1 min of wall-clock on 2 CPUs.
     pytest.importorskip("flwr")
 
-    args = ["configs/fl_synthetic_most_flower.yaml", "device=cpu", "data.num_clients=4", "strategy.num_models=2",
-            "train.local_steps=2", "train.rounds=4", "train.eval_every=2", "train.checkpoint_every=10",
-            "strategy.most.warmup_rounds=1", "engine.num_cpus=2"]
+    args = [
+        "configs/fl_synthetic_most_flower.yaml",
+        "device=cpu",
+        "data.num_clients=4",
+        "strategy.num_models=2",
+        "train.local_steps=2",
+        "train.rounds=4",
+        "train.eval_every=2",
+        "train.checkpoint_every=10",
+        "strategy.most.warmup_rounds=1",
+        "engine.num_cpus=2",
+    ]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the ClientApps: the server's reductions round the same in every run
     try:
@@ -186,11 +211,24 @@ def test_non_finite_models_stop_with_exit_3_before_the_checkpoint(tmp_path, monk
     monkeypatch.setattr(simulator.Federation, "run_round", nan_in_round_3)
     run_dir = tmp_path / "run"
     with pytest.raises(SystemExit) as stop:
-        morl(["fl", CONFIG, *TINY, "train.rounds=6", "train.checkpoint_every=1", "--run-dir", str(run_dir), "--no-progress"])
+        morl(
+            [
+                "fl",
+                CONFIG,
+                *TINY,
+                "train.rounds=6",
+                "train.checkpoint_every=1",
+                "--run-dir",
+                str(run_dir),
+                "--no-progress",
+            ]
+        )
     assert stop.value.code == 3
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("morl: error: training diverged at round 3/6: a global model has non-finite (NaN/inf) parameters; "
-                          f"last good checkpoint {run_dir / 'checkpoints' / 'last.pt'} (round 2); try a lower learning rate")
+    assert err.startswith(
+        "morl: error: training diverged at round 3/6: a global model has non-finite (NaN/inf) parameters; "
+        f"last good checkpoint {run_dir / 'checkpoints' / 'last.pt'} (round 2); try a lower learning rate"
+    )
     assert torch_load(run_dir / "checkpoints" / "last.pt")["round"] == 2  # the diverged state never replaced it
     assert json.loads((run_dir / "run.json").read_text())["status"] == "diverged"
 
@@ -254,8 +292,16 @@ def test_most_switch_takes_both_branches_and_is_deterministic():
 
 def test_official_round_runs_end_to_end(monkeypatch):
     seen = spy_federation(monkeypatch)
-    overrides = ["device=cpu", "train.rounds=8", "train.eval_every=8", "data.num_clients=10", "train.local_steps=3",
-                 "strategy.most.warmup_rounds=1", "strategy.most.gamma_average_start=3", "strategy.most.sample_fraction=0.2"]
+    overrides = [
+        "device=cpu",
+        "train.rounds=8",
+        "train.eval_every=8",
+        "data.num_clients=10",
+        "train.local_steps=3",
+        "strategy.most.warmup_rounds=1",
+        "strategy.most.gamma_average_start=3",
+        "strategy.most.sample_fraction=0.2",
+    ]
     cfg = FLExperiment.load_config("configs/fl_most_official.yaml", overrides)
     res = run_fl(cfg)["final"]
     strat = seen["fed"].strategy

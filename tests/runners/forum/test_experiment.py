@@ -88,13 +88,16 @@ def _one_error_line(capsys) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("override, words", [
-    ("forum.rhoo=1", ["unknown config key 'forum.rhoo'", "rho"]),
-    ("iterations=0", ["iterations must be >= 1, got 0"]),
-    ("hypercleaning.datasets=7", ["hypercleaning.datasets must be between 1 and 4, got 7"]),
-    ("checkpoint_every=0", ["checkpoint_every must be >= 1"]),
-    ("problem=rl", ["problem", "hypercleaning", "mtl"]),
-])
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("forum.rhoo=1", ["unknown config key 'forum.rhoo'", "rho"]),
+        ("iterations=0", ["iterations must be >= 1, got 0"]),
+        ("hypercleaning.datasets=7", ["hypercleaning.datasets must be between 1 and 4, got 7"]),
+        ("checkpoint_every=0", ["checkpoint_every must be >= 1"]),
+        ("problem=rl", ["problem", "hypercleaning", "mtl"]),
+    ],
+)
 def test_bad_input_one_line_nothing_written(override, words, tmp_path, capsys):
     assert morl(["forum", HYPER, override, "--run-dir", str(tmp_path / "run")]) == 2
     line = _one_error_line(capsys)
@@ -133,8 +136,19 @@ def test_a_non_finite_direction_stops_with_exit_3_and_names_the_last_good_checkp
     # seeds 0-3 alike).
     run = tmp_path / "run"
     with pytest.raises(SystemExit) as stop:
-        morl(["forum", HYPER, *TINY[HYPER], "hypercleaning.omega_lr=1e30", "iterations=20", "checkpoint_every=1",
-              "--run-dir", str(run), "--no-progress"])
+        morl(
+            [
+                "forum",
+                HYPER,
+                *TINY[HYPER],
+                "hypercleaning.omega_lr=1e30",
+                "iterations=20",
+                "checkpoint_every=1",
+                "--run-dir",
+                str(run),
+                "--no-progress",
+            ]
+        )
     assert stop.value.code == 3
     (line,) = [x for x in capsys.readouterr().err.splitlines() if x.startswith("morl: error:")]
     assert "diverged at iteration 2/20" in line and "not finite" in line and "hypercleaning.omega_lr" in line

@@ -19,8 +19,16 @@ from tests.state_equality import assert_state_equal
 
 CONFIG = str(Path(__file__).resolve().parents[3] / "configs" / "prompt_most.yaml")
 # The paper curriculum makes MosT carry state across steps (its s decays every step).
-TINY = ["encoder=tiny", "threads=1", "batch_size=16", "max_length=16", "data.options={train: 48, val: 16, test: 16}",
-        "dispatcher.steps=10", "most.curriculum=paper", "most.curriculum_decay=0.8"]
+TINY = [
+    "encoder=tiny",
+    "threads=1",
+    "batch_size=16",
+    "max_length=16",
+    "data.options={train: 48, val: 16, test: 16}",
+    "dispatcher.steps=10",
+    "most.curriculum=paper",
+    "most.curriculum_decay=0.8",
+]
 ARGS = [*TINY, "steps=7", "log_every=2", "eval_every=2", "checkpoint_every=3"]
 
 
@@ -52,20 +60,31 @@ def _assert_same_run(a: Path, b: Path, steps: int) -> None:
 @pytest.fixture(scope="module")
 def full(tmp_path_factory) -> Path:
     """The uninterrupted 7-step run."""
-    return start("prompt", PromptExperiment.load_config(CONFIG, ARGS), run_dir=tmp_path_factory.mktemp("p") / "full", progress=False)
+    return start(
+        "prompt",
+        PromptExperiment.load_config(CONFIG, ARGS),
+        run_dir=tmp_path_factory.mktemp("p") / "full",
+        progress=False,
+    )
 
 
 def test_stopped_and_resumed_in_process_equals_the_uninterrupted_run(full, tmp_path):
     # Step 5: no log, evaluation (every 2) or periodic checkpoint (every 3) is due there; the
     # interval's loss sums go into the checkpoint, so step 6's record still averages steps 5-6.
     with pytest.raises(Interrupted, match="morl resume"):
-        start("prompt", PromptExperiment.load_config(CONFIG, ARGS), run_dir=tmp_path / "stopped", progress=False, stop_at=5)
+        start(
+            "prompt",
+            PromptExperiment.load_config(CONFIG, ARGS),
+            run_dir=tmp_path / "stopped",
+            progress=False,
+            stop_at=5,
+        )
     stopped = tmp_path / "stopped"
     assert torch_load(stopped / "checkpoints" / "last.pt")["step"] == 5
     assert json.loads((stopped / "run.json").read_text())["status"] == "interrupted"
     resume(stopped, progress=False)
     _assert_same_run(full, stopped, 7)
-    assert _state(full)["most"]["curriculum"]["s"] == pytest.approx(0.8 ** 7)
+    assert _state(full)["most"]["curriculum"]["s"] == pytest.approx(0.8**7)
     assert [(r["kind"], r["step"]) for r in _records(full)] == [(k, s) for s in (2, 4, 6, 7) for k in ("train", "eval")]
 
 
@@ -83,7 +102,9 @@ def test_crashed_run_resumes_from_its_last_checkpoint(full, tmp_path, monkeypatc
     with pytest.raises(RuntimeError, match="simulated crash"):
         start("prompt", PromptExperiment.load_config(CONFIG, ARGS), run_dir=crashed, progress=False)
     monkeypatch.setattr(MixtureTrainer, "step", orig)
-    assert torch_load(crashed / "checkpoints" / "last.pt")["step"] == 3 and not (crashed / "final_metrics.json").exists()
+    assert (
+        torch_load(crashed / "checkpoints" / "last.pt")["step"] == 3 and not (crashed / "final_metrics.json").exists()
+    )
     assert [r["step"] for r in _records(crashed)] == [2, 2, 4, 4]
 
     config = (crashed / "config.yaml").read_text()
@@ -117,7 +138,9 @@ def test_finished_run_says_so_and_extends_like_a_longer_run(full, tmp_path, caps
 def test_sigterm_checkpoints_and_morl_resume_finishes_the_run(tmp_path):
     # 200 steps (a few seconds of CPU): the signal, sent after step 1's record, arrives mid-run.
     args = [CONFIG, *TINY, "steps=200", "eval_every=100", "checkpoint_every=1000"]
-    start("prompt", PromptExperiment.load_config(args[0], args[1:]), run_dir=tmp_path / "full", progress=False)  # the reference, in process
+    start(
+        "prompt", PromptExperiment.load_config(args[0], args[1:]), run_dir=tmp_path / "full", progress=False
+    )  # the reference, in process
     run_dir = tmp_path / "stopped"
     sigterm_after_first_record(["prompt", *args], run_dir)
     assert 0 < torch_load(run_dir / "checkpoints" / "last.pt")["step"] < 200
@@ -125,13 +148,16 @@ def test_sigterm_checkpoints_and_morl_resume_finishes_the_run(tmp_path):
     _assert_same_run(tmp_path / "full", run_dir, 200)
 
 
-@pytest.mark.parametrize("bad, says", [
-    ("optim.learning_rate=0.1", "unknown config key 'optim.learning_rate'"),
-    ("log_every=0", "log_every must be >= 1"),
-    ("checkpoint_minutes=-1", "checkpoint_minutes must be > 0 or null"),
-    ("encoder=/no/such/model", "encoder '/no/such/model' is not a local folder"),
-    ("batch_size=100000", "exceeds"),
-])
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("optim.learning_rate=0.1", "unknown config key 'optim.learning_rate'"),
+        ("log_every=0", "log_every must be >= 1"),
+        ("checkpoint_minutes=-1", "checkpoint_minutes must be > 0 or null"),
+        ("encoder=/no/such/model", "encoder '/no/such/model' is not a local folder"),
+        ("batch_size=100000", "exceeds"),
+    ],
+)
 def test_bad_input_one_line_exit_2_nothing_written(bad, says, tmp_path, capsys):
     assert morl(["prompt", CONFIG, *ARGS, bad, "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip()
@@ -157,10 +183,24 @@ def test_non_finite_loss_stops_with_exit_3_naming_the_last_good_checkpoint(tmp_p
     # loss, non-finite; the trainer raises before that step's update.
     run_dir = tmp_path / "run"
     with pytest.raises(SystemExit) as stop:
-        morl(["prompt", CONFIG, *TINY, "steps=7", "checkpoint_every=1", "optim.lr=1e30", "--run-dir", str(run_dir), "--no-progress"])
+        morl(
+            [
+                "prompt",
+                CONFIG,
+                *TINY,
+                "steps=7",
+                "checkpoint_every=1",
+                "optim.lr=1e30",
+                "--run-dir",
+                str(run_dir),
+                "--no-progress",
+            ]
+        )
     assert stop.value.code == 3
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err == (f"morl: error: training diverged at step 2/7: non-finite training loss; lower optim.lr (the parameters "
-                   f"were not updated); last good checkpoint {run_dir / 'checkpoints' / 'last.pt'} (step 1)")
+    assert err == (
+        f"morl: error: training diverged at step 2/7: non-finite training loss; lower optim.lr (the parameters "
+        f"were not updated); last good checkpoint {run_dir / 'checkpoints' / 'last.pt'} (step 1)"
+    )
     assert torch_load(run_dir / "checkpoints" / "last.pt")["step"] == 1
     assert json.loads((run_dir / "run.json").read_text())["status"] == "diverged"

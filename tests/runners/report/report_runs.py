@@ -21,27 +21,49 @@ def success_table(seed: int, offset: float) -> np.ndarray:
     return np.round(p * 4) / 4
 
 
-def write_rl_run(path: Path, aggregator: str, seed: int, success: np.ndarray, *, run_json: bool = True,
-                 final_json: bool = True, status: str = "finished", weights: bool = True) -> Path:
+def write_rl_run(
+    path: Path,
+    aggregator: str,
+    seed: int,
+    success: np.ndarray,
+    *,
+    run_json: bool = True,
+    final_json: bool = True,
+    status: str = "finished",
+    weights: bool = True,
+) -> Path:
     """An RL run dir: train records every 50 steps (weights, conflicts), eval records at STEPS."""
     path.mkdir(parents=True)
-    cfg = {"env": {"name": "point_mass", "num_tasks": len(TASKS)}, "agent": {"batch_size": 64},
-           "aggregator": {"name": aggregator, "options": {}}, "run": {"seed": seed, "total_steps": STEPS[-1]}}
+    cfg = {
+        "env": {"name": "point_mass", "num_tasks": len(TASKS)},
+        "agent": {"batch_size": 64},
+        "aggregator": {"name": aggregator, "options": {}},
+        "run": {"seed": seed, "total_steps": STEPS[-1]},
+    }
     (path / "config.yaml").write_text(yaml.safe_dump(cfg))
     if run_json:
         info = {"kind": "rl", "status": status, "position": STEPS[-1], "total": STEPS[-1], "unit": "step"}
         (path / "run.json").write_text(json.dumps(info))
     lines = []
     for step in range(50, STEPS[-1] + 1, 50):
-        record = {"step": step, "time": 0.0, "kind": "train", "grad/cos_min": -0.5 + step / 1000, "grad/cos_mean": 0.1,
-                  "grad/conflicting_pairs": 2.0, "perf/transitions_per_s": 500.0}
+        record = {
+            "step": step,
+            "time": 0.0,
+            "kind": "train",
+            "grad/cos_min": -0.5 + step / 1000,
+            "grad/cos_mean": 0.1,
+            "grad/conflicting_pairs": 2.0,
+            "perf/transitions_per_s": 500.0,
+        }
         if weights:
             record["aggregator/weight"] = {t: 1 / len(TASKS) for t in TASKS} | {"mean": 1 / len(TASKS)}
         lines.append(record)
         if step in STEPS:
             row = success[STEPS.index(step)]
             per_task = {t: float(v) for t, v in zip(TASKS, row)} | {"mean": float(row.mean())}
-            lines.append({"step": step, "time": 0.0, "kind": "eval", "eval/success": per_task, "headline": float(row.mean())})
+            lines.append(
+                {"step": step, "time": 0.0, "kind": "eval", "eval/success": per_task, "headline": float(row.mean())}
+            )
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     if final_json:
         last = {t: float(v) for t, v in zip(TASKS, success[-1])}
@@ -57,7 +79,10 @@ def write_sweep(root: Path, methods: dict[str, float], seeds: list[int]) -> tupl
         for i, s in enumerate(seeds):
             name = f"{aggregator}-s{s}"
             write_rl_run(root / "runs" / name, aggregator, s, tables[aggregator][i])
-            group = {"aggregator.name": aggregator, "run.total_steps": STEPS[-1]}  # the second key is the same everywhere
+            group = {
+                "aggregator.name": aggregator,
+                "run.total_steps": STEPS[-1],
+            }  # the second key is the same everywhere
             cells.append({"name": name, "run_dir": f"runs/{name}", "group": group, "seed": s})
     (root / "manifest.json").write_text(json.dumps({"cells": cells}))
     return root, tables

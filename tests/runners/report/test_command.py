@@ -44,7 +44,12 @@ def test_report_on_a_sweep_equals_an_independent_computation(tmp_path, capsys):
     # the printed table carries the same numbers, formatted
     assert f"| cagrad | 3 | {by_method['cagrad']['final']['mean']['value']:.3f} [" in out
     rows = list(csv.DictReader((sweep / "report" / "report.csv").open()))
-    assert any(r["method"] == "mgda" and r["statistic"] == "iqm" and float(r["value"]) == pytest.approx(by_method["mgda"]["final"]["iqm"]["value"]) for r in rows)
+    assert any(
+        r["method"] == "mgda"
+        and r["statistic"] == "iqm"
+        and float(r["value"]) == pytest.approx(by_method["mgda"]["final"]["iqm"]["value"])
+        for r in rows
+    )
     records = list(csv.DictReader((sweep / "report" / "records.csv").open()))
     assert len(records) == 6 * len(TASKS) * (len(STEPS) + 1)  # every eval point plus the final value
     assert "| task | cagrad | mgda |" in (sweep / "report" / "report.md").read_text()
@@ -53,7 +58,9 @@ def test_report_on_a_sweep_equals_an_independent_computation(tmp_path, capsys):
 def test_report_groups_run_dirs_by_config_keys(tmp_path, capsys):
     sweep, _ = write_sweep(tmp_path / "sweep", {"cagrad": 0.3, "mgda": 0.1}, seeds=[0, 1])
     runs = sorted(str(p) for p in (sweep / "runs").iterdir())
-    code, out, err = _report([*runs, "--out", str(tmp_path / "r"), "--group-by", "run.seed", "--reps", "200", "--no-plots"], capsys)
+    code, out, err = _report(
+        [*runs, "--out", str(tmp_path / "r"), "--group-by", "run.seed", "--reps", "200", "--no-plots"], capsys
+    )
     assert code == 0, err
     methods = json.loads((tmp_path / "r" / "report.json").read_text())["methods"]
     assert [(m["method"], m["runs"]) for m in methods] == [("0", 2), ("1", 2)]

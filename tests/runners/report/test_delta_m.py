@@ -22,7 +22,9 @@ HAND = {0: 25.0, 1: -25.0, 2: 10.0}
 
 def _supervised_run(path, aggregator, seed, values, metric="mse", higher=False):
     path.mkdir(parents=True)
-    (path / "config.yaml").write_text(f"name: r\nseed: {seed}\nepochs: 2\ndata: {{name: regression}}\naggregator: {{name: {aggregator}}}\n")
+    (path / "config.yaml").write_text(
+        f"name: r\nseed: {seed}\nepochs: 2\ndata: {{name: regression}}\naggregator: {{name: {aggregator}}}\n"
+    )
     test = {f"{t}/{metric}": v for t, v in zip("ab", values)} | {f"{t}/loss": 9.0 for t in "ab"}
     (path / "metrics.jsonl").write_text(json.dumps({"step": 2, "time": 0, "epoch": 2, "test": test}) + "\n")
     directions = {f"{t}/{metric}": higher for t in "ab"}  # as morl supervised writes them: no losses

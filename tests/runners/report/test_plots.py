@@ -12,7 +12,14 @@ from morl.runners.report.plots import draw_all, mean_series
 from morl.runners.report.summary import group
 from tests.runners.report.report_runs import STEPS, TASKS, write_rl_run, write_sweep
 
-ALL = ["learning_curves", "per_task_curves", "per_task_heatmap", "performance_profiles", "aggregator_weights", "gradient_conflicts"]
+ALL = [
+    "learning_curves",
+    "per_task_curves",
+    "per_task_heatmap",
+    "performance_profiles",
+    "aggregator_weights",
+    "gradient_conflicts",
+]
 
 
 def _assert_images(folder, names):

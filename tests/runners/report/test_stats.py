@@ -83,7 +83,9 @@ def test_interval_covers_the_true_mean_about_95_percent_of_the_time():
 def test_probability_of_improvement_is_the_mann_whitney_statistic():
     g = np.random.default_rng(3)
     x, y = np.round(g.random((5, 4)) * 4) / 4, np.round(g.random((7, 4)) * 4) / 4  # ties happen
-    expected = np.mean([scipy.stats.mannwhitneyu(x[:, t], y[:, t], alternative="greater").statistic / 35 for t in range(4)])
+    expected = np.mean(
+        [scipy.stats.mannwhitneyu(x[:, t], y[:, t], alternative="greater").statistic / 35 for t in range(4)]
+    )
     assert stats.probability_of_improvement(x, y) == pytest.approx(expected)
     assert stats.probability_of_improvement(x, y) + stats.probability_of_improvement(y, x) == pytest.approx(1.0)
     assert stats.probability_of_improvement(x, x) == pytest.approx(0.5)
@@ -116,10 +118,24 @@ def test_agreement_with_rliable():
     metrics = pytest.importorskip("rliable.metrics")
     g = np.random.default_rng(0)
     a = np.clip(g.beta(2, 2, size=(5, 10)) + 0.1, 0, 1)
+
     def fn(x):
-        return np.array([metrics.aggregate_mean(x), metrics.aggregate_median(x), metrics.aggregate_iqm(x), metrics.aggregate_optimality_gap(x)])
+        return np.array(
+            [
+                metrics.aggregate_mean(x),
+                metrics.aggregate_median(x),
+                metrics.aggregate_iqm(x),
+                metrics.aggregate_optimality_gap(x),
+            ]
+        )
+
     points, cis = rly.get_interval_estimates({"a": a}, fn, reps=20000)
-    mine = stats.interval_estimates(a, {"mean": stats.mean, "median": stats.median, "iqm": stats.iqm, "og": stats.optimality_gap}, 20000, np.random.default_rng(0))
+    mine = stats.interval_estimates(
+        a,
+        {"mean": stats.mean, "median": stats.median, "iqm": stats.iqm, "og": stats.optimality_gap},
+        20000,
+        np.random.default_rng(0),
+    )
     for i, name in enumerate(("mean", "median", "iqm", "og")):
         assert mine[name][0] == pytest.approx(points["a"][i], abs=1e-12)
         assert mine[name][1:] == pytest.approx((cis["a"][0, i], cis["a"][1, i]), abs=0.01)

@@ -82,7 +82,14 @@ def test_every_reproduction_config_is_checked():
 def _seed_budget(cfg):
     a, r = cfg.agent, cfg.run
     assert a.hidden_sizes == [400, 400, 400] and a.batch_size == 1280 and a.buffer_capacity == 1_000_000
-    assert (a.actor_lr, a.critic_lr, a.alpha_lr, a.gamma, a.tau, a.init_temperature) == (3e-4, 3e-4, 3e-4, 0.99, 0.005, 1.0)
+    assert (a.actor_lr, a.critic_lr, a.alpha_lr, a.gamma, a.tau, a.init_temperature) == (
+        3e-4,
+        3e-4,
+        3e-4,
+        0.99,
+        0.005,
+        1.0,
+    )
     assert r.total_steps == 2_000_000 and r.updates_per_step == 1 and a.critic == "shared"
 
 
@@ -96,7 +103,12 @@ def test_mtrl_configs_are_table_9_as_mtrl_ran_it(name):
     assert (a.task_input, a.temperature) == (task_input, temperature)
     assert a.aggregate_critic is aggregated and a.aggregate_temperature is aggregated
     assert (a.log_prob_clamp, a.init) == (1e-6, "xavier")
-    assert (e.name, e.protocol, e.reward_function_version, e.reward_normalization) == ("mt10", "mtrl", "v1", "exponential")
+    assert (e.name, e.protocol, e.reward_function_version, e.reward_normalization) == (
+        "mt10",
+        "mtrl",
+        "v1",
+        "exponential",
+    )
     # mtrl's eval check (every 10000) only runs inside its every-150-steps check: lcm = 30000
     assert r.eval_every == 30_000 and r.eval_episodes == 1 and r.warmup_steps == 1500 and r.warmup_catch_up
 
@@ -109,8 +121,12 @@ def test_mwplus_configs_carry_the_meta_world_plus_protocol(name):
     a, e, r = cfg.agent, cfg.env, cfg.run
     assert cfg.aggregator.name == aggregator and a.multi_head is multi_head and a.aggregate_critic is aggregated
     assert (a.task_input, a.temperature) == ("onehot", "per_task")
-    assert (e.protocol, e.max_episode_steps, e.reward_function_version, e.reward_normalization) == \
-        ("metaworld_v3", None, "v2", "none")  # None: the protocol's 500 steps
+    assert (e.protocol, e.max_episode_steps, e.reward_function_version, e.reward_normalization) == (
+        "metaworld_v3",
+        None,
+        "v2",
+        "none",
+    )  # None: the protocol's 500 steps
     assert r.eval_episodes == 50 and r.eval_every == 20_000 and r.warmup_steps == 4000 and not r.warmup_catch_up
 
 
@@ -126,8 +142,17 @@ def test_quickstart_config_is_the_fast_env():
 
 
 def test_nested_overrides_and_types():
-    cfg = load_rl_config(CONFIGS / "mt10_cagrad.yaml", ["agent.batch_size=256", "run.total_steps=2e3", "agent.actor_lr=1e-3",
-                                                        "aggregator.options.c=0.5", "run.name=mine", "agent.hidden_sizes=[64,64]"])
+    cfg = load_rl_config(
+        CONFIGS / "mt10_cagrad.yaml",
+        [
+            "agent.batch_size=256",
+            "run.total_steps=2e3",
+            "agent.actor_lr=1e-3",
+            "aggregator.options.c=0.5",
+            "run.name=mine",
+            "agent.hidden_sizes=[64,64]",
+        ],
+    )
     assert cfg.agent.batch_size == 256 and cfg.run.total_steps == 2000 and cfg.agent.actor_lr == 1e-3
     assert cfg.aggregator.options == {"c": 0.5} and cfg.run.name == "mine" and cfg.agent.hidden_sizes == [64, 64]
 

@@ -27,9 +27,19 @@ def _run_loop() -> tuple[ScriptedEnv, MultiTaskReplay, Session]:
     cfg.run.warmup_steps = STEPS + 1  # random actions throughout: the loop stores, nothing updates
     replay = MultiTaskReplay(env.num_tasks, 64, env.single_observation_space.shape[0], 1)
     aggregator = morl.build("mean")
-    s = Session(cfg=cfg, device=torch.device("cpu"), env=env, eval_env=None, agent=None, aggregator=aggregator,
-                replay=replay, sample_gen=torch.Generator().manual_seed(0), action_rng=np.random.default_rng(0),
-                obs=env.reset(seed=0)[0], stats=LoopStats(env.num_tasks))
+    s = Session(
+        cfg=cfg,
+        device=torch.device("cpu"),
+        env=env,
+        eval_env=None,
+        agent=None,
+        aggregator=aggregator,
+        replay=replay,
+        sample_gen=torch.Generator().manual_seed(0),
+        action_rng=np.random.default_rng(0),
+        obs=env.reset(seed=0)[0],
+        stats=LoopStats(env.num_tasks),
+    )
     timer, agg_timer = SectionTimer(), AggregationTimer(aggregator, s.device)
     for _ in range(STEPS):
         iterate(s, timer, agg_timer)

@@ -22,8 +22,9 @@ def test_without_catch_up_the_schedule_is_the_plain_warm_up():
     assert updates_at(1, 0, 2, True) == 2  # no warm-up: nothing to catch up
 
 
-@pytest.mark.parametrize("warmup, per_step, catch_up", [(0, 1, True), (5, 1, True), (5, 2, True), (5, 2, False),
-                                                        (3, 3, False), (1, 1, True)])
+@pytest.mark.parametrize(
+    "warmup, per_step, catch_up", [(0, 1, True), (5, 1, True), (5, 2, True), (5, 2, False), (3, 3, False), (1, 1, True)]
+)
 def test_step_of_update_inverts_the_schedule(warmup, per_step, catch_up):
     index = 0
     for step in range(1, 40):

@@ -34,7 +34,10 @@ def quadratic(monkeypatch):
 
 
 def _records(run_dir: Path) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if k != "time"} for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(line).items() if k != "time"}
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 def _last(run_dir: Path) -> dict:
@@ -54,7 +57,9 @@ def test_a_run_stopped_anywhere_and_resumed_ends_bitwise_equal(quadratic, tmp_pa
     for key in ("x", "opt", "aggregator", "noise"):
         assert_state_equal(a[key], b[key], key)
     assert _records(full) == _records(stopped)  # every log and eval line once, same values
-    assert json.loads((full / "final_metrics.json").read_text()) == json.loads((stopped / "final_metrics.json").read_text())
+    assert json.loads((full / "final_metrics.json").read_text()) == json.loads(
+        (stopped / "final_metrics.json").read_text()
+    )
     assert read_run_info(stopped)["status"] == "finished"
 
 
@@ -64,7 +69,9 @@ def test_checkpoints_come_by_count_by_wall_clock_and_at_the_end(quadratic, tmp_p
 
     saved, real_save = [], ckpt.save_checkpoint
     monkeypatch.setattr(ckpt, "save_checkpoint", lambda exp, d: saved.append(exp.position) or real_save(exp, d))
-    commands.start("quadratic", quadratic(tmp_path, steps=12, checkpoint_every=5), run_dir=tmp_path / "a", progress=False)
+    commands.start(
+        "quadratic", quadratic(tmp_path, steps=12, checkpoint_every=5), run_dir=tmp_path / "a", progress=False
+    )
     assert saved == [5, 10, 12]
     now = [0.0]
     monkeypatch.setattr(loop.time, "monotonic", lambda: now[0])
@@ -76,15 +83,25 @@ def test_checkpoints_come_by_count_by_wall_clock_and_at_the_end(quadratic, tmp_p
 
     monkeypatch.setattr(sys.modules["new_kind"].QuadraticExperiment, "step", slow_step)
     saved.clear()
-    commands.start("quadratic", quadratic(tmp_path, steps=12, checkpoint_every=100, checkpoint_minutes=1),
-                   run_dir=tmp_path / "b", progress=False)
+    commands.start(
+        "quadratic",
+        quadratic(tmp_path, steps=12, checkpoint_every=100, checkpoint_minutes=1),
+        run_dir=tmp_path / "b",
+        progress=False,
+    )
     assert saved == [3, 6, 9, 12]  # 75 s >= 1 min after the previous one, and the end
 
 
 def test_run_json_names_the_kind_and_resume_and_eval_dispatch_on_it(quadratic, tmp_path, capsys):
     run_dir = commands.start("quadratic", quadratic(tmp_path, steps=10), run_dir=tmp_path / "r", progress=False)
     info = read_run_info(run_dir)
-    assert (info["kind"], info["status"], info["position"], info["total"], info["unit"]) == ("quadratic", "finished", 10, 10, "step")
+    assert (info["kind"], info["status"], info["position"], info["total"], info["unit"]) == (
+        "quadratic",
+        "finished",
+        10,
+        10,
+        "step",
+    )
     capsys.readouterr()
     assert morl(["resume", str(run_dir)]) == 0
     assert "already finished" in capsys.readouterr().out
@@ -124,8 +141,12 @@ def test_a_diverged_run_is_marked_and_keeps_its_last_good_checkpoint(quadratic, 
 
 
 def test_legacy_run_directories_are_recognised_by_their_config_keys(tmp_path):
-    for keys, kind in ((("prompts", "dispatcher"), "prompt"), (("strategy", "engine"), "fl"),
-                       (("data", "epochs"), "supervised"), (("run", "agent"), "rl")):
+    for keys, kind in (
+        (("prompts", "dispatcher"), "prompt"),
+        (("strategy", "engine"), "fl"),
+        (("data", "epochs"), "supervised"),
+        (("run", "agent"), "rl"),
+    ):
         run_dir = tmp_path / kind
         run_dir.mkdir()
         (run_dir / "config.yaml").write_text("".join(f"{k}: 1\n" for k in keys))
@@ -138,18 +159,31 @@ def test_metrics_are_read_back_at_any_depth_and_ints_stay_ints():
 
     from morl.runners.shell.metrics import resolve
 
-    out = resolve({"a": torch.tensor(0.5), "b": {"c": {"d": torch.tensor([1.0, 2.0])}}, "n": 3, "flag": True,
-                   "e": np.float32(0.25), "f": [torch.tensor(1.0), torch.tensor(2.0)], "s": "x"})
+    out = resolve(
+        {
+            "a": torch.tensor(0.5),
+            "b": {"c": {"d": torch.tensor([1.0, 2.0])}},
+            "n": 3,
+            "flag": True,
+            "e": np.float32(0.25),
+            "f": [torch.tensor(1.0), torch.tensor(2.0)],
+            "s": "x",
+        }
+    )
     assert out == {"a": 0.5, "b": {"c": {"d": [1.0, 2.0]}}, "n": 3, "flag": True, "e": 0.25, "f": [1.0, 2.0], "s": "x"}
     assert type(out["n"]) is int and type(out["a"]) is float
 
 
 def test_a_stop_during_the_last_unit_just_finishes_the_run(quadratic, tmp_path):
-    run_dir = commands.start("quadratic", quadratic(tmp_path, steps=12), run_dir=tmp_path / "r", progress=False, stop_at=12)
+    run_dir = commands.start(
+        "quadratic", quadratic(tmp_path, steps=12), run_dir=tmp_path / "r", progress=False, stop_at=12
+    )
     assert read_run_info(run_dir)["status"] == "finished" and (run_dir / "final_metrics.json").is_file()
 
 
-def test_a_signal_while_the_final_metrics_are_computed_stops_at_once_and_resume_redoes_them(quadratic, tmp_path, monkeypatch):
+def test_a_signal_while_the_final_metrics_are_computed_stops_at_once_and_resume_redoes_them(
+    quadratic, tmp_path, monkeypatch
+):
     import os
     import signal
 
@@ -174,14 +208,17 @@ def test_a_signal_while_the_final_metrics_are_computed_stops_at_once_and_resume_
     assert read_run_info(cut)["status"] == "finished"
 
 
-@pytest.mark.parametrize(("rules", "message"), [
-    ({"a": ">=1"}, "sec.a must be >= 1, got 0"),
-    ({"b": ">0?"}, "sec.b must be > 0 or null, got -1.5"),
-    ({"c.d": "[0,1)"}, "sec.c.d must be in [0, 1), got 1.0"),
-    ({"e": ">=1"}, "sec.e must be >= 1 (each entry, at least one), got [4, 0]"),
-    ({"f": ">=1"}, "sec.f must be >= 1, got None"),
-    ({"g": ">0"}, "sec.g must be > 0, got True"),
-])
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ({"a": ">=1"}, "sec.a must be >= 1, got 0"),
+        ({"b": ">0?"}, "sec.b must be > 0 or null, got -1.5"),
+        ({"c.d": "[0,1)"}, "sec.c.d must be in [0, 1), got 1.0"),
+        ({"e": ">=1"}, "sec.e must be >= 1 (each entry, at least one), got [4, 0]"),
+        ({"f": ">=1"}, "sec.f must be >= 1, got None"),
+        ({"g": ">0"}, "sec.g must be > 0, got True"),
+    ],
+)
 def test_require_names_the_key_its_value_and_what_is_allowed(rules, message):
     from types import SimpleNamespace
 

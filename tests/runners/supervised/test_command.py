@@ -52,13 +52,19 @@ def test_delta_m_against_a_baseline_run(tmp_path):
     base_out, out = tmp_path / "base", tmp_path / "mgda"
     assert morl_supervised(str(CONFIGS / "supervised_digits_mean.yaml"), *TINY, f"out_dir={base_out}") == 0
     base = only_run(base_out)
-    assert morl_supervised(str(CONFIGS / "supervised_digits_mgda.yaml"), *TINY, f"out_dir={out}", f"baseline_run={base}") == 0
+    assert (
+        morl_supervised(str(CONFIGS / "supervised_digits_mgda.yaml"), *TINY, f"out_dir={out}", f"baseline_run={base}")
+        == 0
+    )
     mine = json.loads((only_run(out) / "final_metrics.json").read_text())
     ref = json.loads((base / "final_metrics.json").read_text())
     assert mine["delta_m"] == pytest.approx(delta_m(mine["test"], ref["test"], mine["directions"]))
     # The same config against itself: deterministic, so Δm is exactly 0.
     again = tmp_path / "again"
-    assert morl_supervised(str(CONFIGS / "supervised_digits_mean.yaml"), *TINY, f"out_dir={again}", f"baseline_run={base}") == 0
+    assert (
+        morl_supervised(str(CONFIGS / "supervised_digits_mean.yaml"), *TINY, f"out_dir={again}", f"baseline_run={base}")
+        == 0
+    )
     assert json.loads((only_run(again) / "final_metrics.json").read_text())["delta_m"] == 0.0
 
 
@@ -81,7 +87,13 @@ def test_resume_continues_bitwise_with_the_jogba_ordering(tmp_path):
 
 
 def test_regression_config_learns(tmp_path):
-    rc = morl_supervised(str(CONFIGS / "supervised_regression_mgda.yaml"), "epochs=5", "batch_size=100", "eval_every=5", f"out_dir={tmp_path}")
+    rc = morl_supervised(
+        str(CONFIGS / "supervised_regression_mgda.yaml"),
+        "epochs=5",
+        "batch_size=100",
+        "eval_every=5",
+        f"out_dir={tmp_path}",
+    )
     assert rc == 0
     final = json.loads((only_run(tmp_path) / "final_metrics.json").read_text())
     # Targets have variance ~0.5 scale^2; a trained model explains most of it. Worst mse / (0.5 scale^2)
@@ -115,9 +127,19 @@ def test_bad_input_one_line_error_nothing_written(tmp_path, capsys, argv, messag
 def test_resume_needs_a_run_directory_and_keeps_the_learner(tmp_path, capsys):
     assert morl_supervised("--resume", str(tmp_path)) == 2
     assert "is not a morl run directory" in capsys.readouterr().err
-    assert morl_supervised(str(CONFIGS / "supervised_digits_mean.yaml"), "epochs=1", "model.hidden=[8]",
-                           "--run-dir", str(tmp_path / "run")) == 0
+    assert (
+        morl_supervised(
+            str(CONFIGS / "supervised_digits_mean.yaml"),
+            "epochs=1",
+            "model.hidden=[8]",
+            "--run-dir",
+            str(tmp_path / "run"),
+        )
+        == 0
+    )
     capsys.readouterr()
     assert morl_supervised("--resume", str(tmp_path / "run"), "aggregator.name=mgda") == 2
     err = capsys.readouterr().err
-    assert "'aggregator.name' cannot change a started supervised run; allowed: epochs, eval_every, checkpoint_every" in err
+    assert (
+        "'aggregator.name' cannot change a started supervised run; allowed: epochs, eval_every, checkpoint_every" in err
+    )

@@ -36,7 +36,16 @@ def test_stop_in_process_then_resume_equals_the_uninterrupted_run(tmp_path):
     assert_same_run(tmp_path / "full", tmp_path / "cut")
     lines = [json.loads(x) for x in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
     assert [(x["kind"], x["step"]) for x in lines] == [
-        ("train", 1), ("train", 2), ("eval", 2), ("train", 3), ("train", 4), ("eval", 4), ("train", 5), ("train", 6), ("eval", 6)]
+        ("train", 1),
+        ("train", 2),
+        ("eval", 2),
+        ("train", 3),
+        ("train", 4),
+        ("eval", 4),
+        ("train", 5),
+        ("train", 6),
+        ("eval", 6),
+    ]
 
 
 @pytest.mark.integration  # a subprocess stopped by SIGTERM
@@ -57,12 +66,15 @@ def _one_error_line(capsys) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("override, words", [
-    ("epoch=3", ["unknown config key 'epoch'", "epochs"]),
-    ("epochs=0", ["epochs must be >= 1, got 0"]),
-    ("checkpoint_minutes=0", ["checkpoint_minutes must be > 0 or null"]),
-    ("model.hidden=[]", ["model.hidden"]),
-])
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("epoch=3", ["unknown config key 'epoch'", "epochs"]),
+        ("epochs=0", ["epochs must be >= 1, got 0"]),
+        ("checkpoint_minutes=0", ["checkpoint_minutes must be > 0 or null"]),
+        ("model.hidden=[]", ["model.hidden"]),
+    ],
+)
 def test_bad_input_one_line_nothing_written(override, words, tmp_path, capsys):
     assert morl(["supervised", JOGBA, override, "--run-dir", str(tmp_path / "run")]) == 2
     line = _one_error_line(capsys)

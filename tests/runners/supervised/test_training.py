@@ -19,7 +19,8 @@ def _runner_parts(overrides):
 def test_jogba_with_mgda_trains_digits_end_to_end():
     # JoGBa's per-objective orders differ after epoch 0, so each task trains on its own units.
     sup, (data, adapter, order) = _runner_parts(
-        ["aggregator.name=mgda", "ordering.name=jogba", "batch_size=96", "model.hidden=[64]", "optim.lr=0.01"])
+        ["aggregator.name=mgda", "ordering.name=jogba", "batch_size=96", "model.hidden=[64]", "optim.lr=0.01"]
+    )
     x, y = data.train
     for _ in range(3):
         sup.train_epoch(adapter, order, x, y)
@@ -34,8 +35,15 @@ def test_jogba_with_mgda_trains_digits_end_to_end():
 @pytest.mark.parametrize("aggregator", ["mean", "mgda"])
 def test_every_ordering_with_every_aggregator_smoke(ordering, aggregator):
     # Small regression (64 samples, 3 heads, units of 4 samples), 3 epochs.
-    overrides = [f"aggregator.name={aggregator}", f"ordering.name={ordering}", "batch_size=8", "model.hidden=[16]",
-                 "data.name=regression", "data.options={num_samples: 107, dim: 6}", "optim.lr=0.02"]
+    overrides = [
+        f"aggregator.name={aggregator}",
+        f"ordering.name={ordering}",
+        "batch_size=8",
+        "model.hidden=[16]",
+        "data.name=regression",
+        "data.options={num_samples: 107, dim: 6}",
+        "optim.lr=0.02",
+    ]
     runs = []
     for _ in range(2):
         sup, (data, adapter, order) = _runner_parts(overrides)
@@ -58,15 +66,25 @@ def test_runner_orders_each_objective_by_its_own_current_gradients():
     the previous one's), another objective's unit, or last epoch's gradients changes the orders.
     """
     sup, (data, adapter, order) = _runner_parts(
-        ["aggregator.name=mgda", "ordering.name=jogba", "ordering.options={init_order: random_per_objective}",
-         "batch_size=3", "model.hidden=[6]", "data.name=regression", "data.options={num_samples: 60, dim: 4}",
-         "optim.lr=0.05"])
+        [
+            "aggregator.name=mgda",
+            "ordering.name=jogba",
+            "ordering.options={init_order: random_per_objective}",
+            "batch_size=3",
+            "model.hidden=[6]",
+            "data.name=regression",
+            "data.options={num_samples: 60, dim: 4}",
+            "optim.lr=0.05",
+        ]
+    )
     adapter.model.double()  # float64: the sign decisions below then sit far above rounding
     x, y = (t.double() for t in data.train)
     M, K = order.num_objectives, order.num_units
     snapshots, observed = [], []
     step, observe = adapter.step, order.observe
-    adapter.step = lambda batch, task_index=None: (snapshots.append(_weights(adapter.model)), step(batch, task_index))[1]
+    adapter.step = lambda batch, task_index=None: (snapshots.append(_weights(adapter.model)), step(batch, task_index))[
+        1
+    ]
     order.observe = lambda k, grads, direction=None: (observed.append(grads.clone()), observe(k, grads, direction))[1]
     assert M == 3 and K == 12 and not torch.equal(order.orders()[0], order.orders()[1])  # objectives on different units
 

@@ -47,7 +47,7 @@ def main(argv):
     else:
         run_dir = Path(argv[argv.index("--run-dir") + 1])
         opts = {"steps": 5, "sleep": 0.02}
-        opts.update(item.split("=", 1) for item in argv[2:argv.index("--run-dir")])
+        opts.update(item.split("=", 1) for item in argv[2 : argv.index("--run-dir")])
         if opts.get("fail", "0") != "0":
             print("morl: error: fail=1 asks for a failure", file=sys.stderr)
             return 2

@@ -37,12 +37,21 @@ def fake_sweep(tmp_path: Path, progress=False, **keys):
 
     def run(max_parallel=None):
         engine = LocalEngine(spec.resources.cpus)
-        scheduler = Scheduler(folder, cells, engine, max_retries=spec.max_retries, threads=1,
-                              max_parallel=max_parallel, program=FAKE, progress=progress)
+        scheduler = Scheduler(
+            folder,
+            cells,
+            engine,
+            max_retries=spec.max_retries,
+            threads=1,
+            max_parallel=max_parallel,
+            program=FAKE,
+            progress=progress,
+        )
         try:
             return scheduler.run()
         finally:
             engine.close()
+
     return folder, cells, run
 
 
@@ -71,9 +80,18 @@ def kill_when_checkpointed(run_dir: Path, timeout: float = 30.0, sig: int = sign
 
 # tests/runners/test_resume.py's tiny point-mass settings; 120 steps leave the kill below a window of
 # about a second between the first checkpoint (step 20) and the end.
-TINY = {"aggregator.options": {}, "agent.hidden_sizes": [32, 32], "agent.batch_size": 64, "agent.buffer_capacity": 4000,
-        "run.device": "cpu", "run.warmup_steps": 10, "run.log_every": 7, "run.eval_every": 25,
-        "run.checkpoint_every": 20, "run.eval_episodes": 1}
+TINY = {
+    "aggregator.options": {},
+    "agent.hidden_sizes": [32, 32],
+    "agent.batch_size": 64,
+    "agent.buffer_capacity": 4000,
+    "run.device": "cpu",
+    "run.warmup_steps": 10,
+    "run.log_every": 7,
+    "run.eval_every": 25,
+    "run.checkpoint_every": 20,
+    "run.eval_episodes": 1,
+}
 
 
 def morl(*argv) -> int:
@@ -86,8 +104,15 @@ def logs(folder: Path) -> str:
 
 
 def real_spec(tmp_path: Path, out: str, seeds, total_steps: int, max_retries: int = 1) -> Path:
-    spec = {"name": "agg", "out_dir": str(tmp_path / out), "base": QUICK, "grid": {"aggregator.name": ["mgda", "pcgrad"]},
-            "seeds": seeds, "overrides": {**TINY, "run.total_steps": total_steps}, "max_retries": max_retries}
+    spec = {
+        "name": "agg",
+        "out_dir": str(tmp_path / out),
+        "base": QUICK,
+        "grid": {"aggregator.name": ["mgda", "pcgrad"]},
+        "seeds": seeds,
+        "overrides": {**TINY, "run.total_steps": total_steps},
+        "max_retries": max_retries,
+    }
     path = tmp_path / f"{out}.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path

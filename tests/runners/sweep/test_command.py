@@ -34,18 +34,26 @@ def test_a_bad_override_stops_the_sweep_with_one_line_and_writes_nothing(tmp_pat
     spec = write_spec(tmp_path, grid={"aggregator.name": ["mgda", "nosuch"]}, overrides={"aggregator.options": {}})
     assert morl("sweep", spec) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [err[0]] and err[0].startswith("morl: error: cell nosuch: aggregator.name: unknown aggregator 'nosuch'")
+    assert err == [err[0]] and err[0].startswith(
+        "morl: error: cell nosuch: aggregator.name: unknown aggregator 'nosuch'"
+    )
     assert not (tmp_path / "out").exists()
     assert morl("sweep", spec, "--address", "auto") == 2
     assert "--address is for --engine ray" in capsys.readouterr().err
 
 
 def test_dry_run_lists_the_cells_and_writes_nothing(tmp_path, capsys):
-    spec = write_spec(tmp_path, grid={"aggregator.name": ["mgda", "pcgrad"]}, seeds=[0, 1], overrides={"aggregator.options": {}})
+    spec = write_spec(
+        tmp_path, grid={"aggregator.name": ["mgda", "pcgrad"]}, seeds=[0, 1], overrides={"aggregator.options": {}}
+    )
     assert morl("sweep", spec, "--dry-run") == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split()[:2] for line in lines[1:]] == [["mgda-s0", "start"], ["mgda-s1", "start"],
-                                                         ["pcgrad-s0", "start"], ["pcgrad-s1", "start"]]
+    assert [line.split()[:2] for line in lines[1:]] == [
+        ["mgda-s0", "start"],
+        ["mgda-s1", "start"],
+        ["pcgrad-s0", "start"],
+        ["pcgrad-s1", "start"],
+    ]
     assert not (tmp_path / "out").exists()
 
 

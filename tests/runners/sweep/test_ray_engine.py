@@ -36,7 +36,9 @@ def test_local_with_a_killed_run_and_ray_give_bitwise_equal_runs(tmp_path):
     killer.join()
     assert morl("sweep", local, "--no-progress") == 0
     assert attempts(folder, "pcgrad-s2") == ["start", "resume"]
-    assert morl("sweep", real_spec(tmp_path, "ray", [1, 2, 3], total_steps=120), "--engine", "ray", "--no-progress") == 0
+    assert (
+        morl("sweep", real_spec(tmp_path, "ray", [1, 2, 3], total_steps=120), "--engine", "ray", "--no-progress") == 0
+    )
     # the killed and resumed cell last: its training state first, then its evaluation state
     names = ["mgda-s1", "mgda-s2", "mgda-s3", "pcgrad-s1", "pcgrad-s3", "pcgrad-s2"]
     for name in names:
@@ -54,12 +56,20 @@ def test_the_ray_engine_retries_stops_and_skips_like_the_local_one(tmp_path):
     retried, a stop request reaches the runs inside Ray tasks, the re-run resumes them."""
     from morl.runners.sweep.ray_engine import RayEngine
 
-    spec = load_spec(write_spec(tmp_path, list=[{"fail": 0}, {"fail": 1}], seeds=[1, 2], max_retries=1,
-                                overrides={"steps": 60, "sleep": 0.02}))
+    spec = load_spec(
+        write_spec(
+            tmp_path,
+            list=[{"fail": 0}, {"fail": 1}],
+            seeds=[1, 2],
+            max_retries=1,
+            overrides={"steps": 60, "sleep": 0.02},
+        )
+    )
     cells, folder = expand(spec), sweep_dir(spec)
     write_manifest(folder, spec, cells)
     engine = RayEngine(None, 1, 0)
     try:
+
         def run():
             return Scheduler(folder, cells, engine, max_retries=1, threads=1, program=FAKE, progress=False).run()
 

@@ -44,8 +44,13 @@ def test_a_diverged_run_is_a_result_not_retried(tmp_path):
 
 @pytest.mark.integration  # kills a run and resumes it
 def test_a_run_killed_mid_sweep_resumes_on_the_rerun_and_nothing_runs_twice(tmp_path):
-    folder, cells, run = fake_sweep(tmp_path, grid={"aggregator.name": ["mgda", "pcgrad"]}, seeds=[1, 2, 3],
-                                    overrides={"steps": 40, "sleep": 0.02}, max_retries=0)
+    folder, cells, run = fake_sweep(
+        tmp_path,
+        grid={"aggregator.name": ["mgda", "pcgrad"]},
+        seeds=[1, 2, 3],
+        overrides={"steps": 40, "sleep": 0.02},
+        max_retries=0,
+    )
     killer = threading.Thread(target=kill_when_checkpointed, args=(folder / "pcgrad-s1",))
     killer.start()
     assert run() == 1  # no retries: the killed cell is reported failed
@@ -82,7 +87,9 @@ def test_a_run_stopped_by_a_signal_of_its_own_is_not_retried_and_resumes_on_the_
     assert attempts(folder, "s2") == ["start"] and run_status(folder, "s2") == "interrupted"
     assert run_status(folder, "s1") == "finished"
     assert json.loads((folder / "status.json").read_text())["counts"] == {"done": 1, "interrupted": 1}
-    assert "s2 stopped by a signal to its run (exit status 130); the next morl sweep resumes it" in capsys.readouterr().err
+    assert (
+        "s2 stopped by a signal to its run (exit status 130); the next morl sweep resumes it" in capsys.readouterr().err
+    )
     assert run() == 0
     assert attempts(folder, "s2") == ["start", "resume"] and run_status(folder, "s2") == "finished"
 
