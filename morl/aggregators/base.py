@@ -17,6 +17,22 @@ def _bump(counter: torch.Tensor | None, flags: torch.Tensor) -> torch.Tensor:
     return flags.sum().to(torch.int64) + (0 if counter is None else counter)
 
 
+def _raise_nonfinite_input(grads: torch.Tensor, losses: torch.Tensor | None) -> None:
+    """The "raise" error: the first objective whose gradient row or loss is NaN/inf."""
+    rows_ok = torch.isfinite(grads).all(dim=1)
+    bad = ~rows_ok if losses is None else ~rows_ok | ~torch.isfinite(losses)
+    if bool(bad.any()):
+        k = int(bad.nonzero()[0, 0])
+        what = "loss" if bool(rows_ok[k]) else "gradient"
+        raise ValueError(
+            f"objective {k} has a non-finite (NaN/inf) {what}; all {grads.shape[0]} objectives must be finite"
+        )
+    raise ValueError(
+        f"the gradients' Gramian overflows {grads.dtype} (a row norm above ~sqrt of its largest number); "
+        "scale the losses down or aggregate in float64"
+    )
+
+
 class Aggregator(torch.nn.Module):
     """Maps ``[K, D]`` per-objective gradients to one ``[D]`` direction; subclasses implement :meth:`aggregate`.
 
@@ -46,29 +62,32 @@ class Aggregator(torch.nn.Module):
         grads, losses = self._check_inputs(grads, losses)
         if self.check_finite == "off":
             return self.aggregate(grads, losses)
-        ok = _all_finite(grads) if losses is None else _all_finite(grads) & torch.isfinite(losses).all()
-        if self.check_finite == "skip":
-            return self._skip_nonfinite(grads, losses, ok)
+        before = self._state_buffers() if self.check_finite == "skip" else None
+        direction, ok = self._checked(grads, losses)
+        if before is not None:
+            return self._keep_finite(direction, ok, before)
         if not bool(ok):
-            rows_ok = torch.isfinite(grads).all(dim=1)
-            k = int((~rows_ok if losses is None else ~rows_ok | ~torch.isfinite(losses)).nonzero()[0, 0])
-            what = "loss" if bool(rows_ok[k]) else "gradient"
-            raise ValueError(
-                f"objective {k} has a non-finite (NaN/inf) {what}; all {grads.shape[0]} objectives must be finite"
-            )
-        direction = self.aggregate(grads, losses)
-        if not bool(_all_finite(direction)):
             raise ValueError(
                 f"{type(self).__name__} produced a non-finite direction from finite gradients "
                 f"(shape {tuple(grads.shape)}, {grads.dtype}); use check_finite='skip' to zero such steps"
             )
         return direction
 
-    def _skip_nonfinite(self, grads: torch.Tensor, losses: torch.Tensor | None, ok: torch.Tensor) -> torch.Tensor:
-        """Aggregate; where input or output is non-finite, zero the step and put every buffer back (no sync)."""
-        before = self._state_buffers()
+    def _checked(self, grads: torch.Tensor, losses: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(direction, 0-d bool: input and direction finite); under "raise" bad input raises first."""
+        ok = self._input_ok(_all_finite(grads), grads, losses)
         direction = self.aggregate(grads, losses)
-        ok = ok & _all_finite(direction)
+        return direction, ok & _all_finite(direction)
+
+    def _input_ok(self, rows_ok: torch.Tensor, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
+        """``rows_ok`` and the losses finite; under "raise" False raises, naming the culprit (one read)."""
+        ok = rows_ok if losses is None else rows_ok & torch.isfinite(losses).all()
+        if self.check_finite == "raise" and not bool(ok):
+            _raise_nonfinite_input(grads, losses)
+        return ok
+
+    def _keep_finite(self, direction: torch.Tensor, ok: torch.Tensor, before: list) -> torch.Tensor:
+        """Where ``ok`` is False, zero the step and put every buffer back (device flags, no sync)."""
         for module, name, old in before:
             new = module._buffers[name]
             if new is not old and new is not None:
@@ -152,12 +171,21 @@ class Aggregator(torch.nn.Module):
 class GramianAggregator(Aggregator):
     """Weights from the K×K Gramian only (:meth:`weights_from_gramian`); the direction is ``weights @ grads``."""
 
-    gramian_in_units: bool = (
-        False  # True: weights_from_gramian gets G itself, not G / max diag (Nash-MTL, FairGrad, PCD)
-    )
+    #: True: weights_from_gramian gets G itself, not G / max diag (Nash-MTL, FairGrad, PCD)
+    gramian_in_units: bool = False
+
+    def _checked(self, grads: torch.Tensor, losses: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        # row k holds NaN/inf exactly when G_kk does (or overflows): the Gramian the method needs anyway
+        # replaces a pass over [K, D]
+        gram = gramian(grads)
+        ok = self._input_ok(torch.isfinite(torch.diagonal(gram)).all(), grads, losses)
+        direction = self._direction(gram, grads)
+        return direction, ok & _all_finite(direction)
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        gram = gramian(grads)
+        return self._direction(gramian(grads), grads)
+
+    def _direction(self, gram: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:
         if not self.gramian_in_units:
             gram = gram / gram_scale(gram)
         self.weights = self.weights_from_gramian(gram).to(grads.dtype)
