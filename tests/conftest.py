@@ -113,20 +113,6 @@ def _user() -> str:
 
 
 @pytest.fixture
-def cagrad_steps_off(monkeypatch):
-    """CAGrad with its active-set steps switched off (they report every problem undone), so that
-    FISTA's answer, the support solve and the min-norm candidate alone decide: the fallback that
-    runs where the steps cannot finish."""
-    import morl.aggregators.cagrad as cagrad_module
-
-    monkeypatch.setattr(
-        cagrad_module,
-        "_active_set_steps",
-        lambda g, b, r, w, tol, rounds: (w, torch.zeros_like(w[..., 0], dtype=torch.bool)),
-    )
-
-
-@pytest.fixture
 def gen():
     """A seeded torch.Generator for reproducible random inputs: seed 0, or ``MORL_TEST_SEED``
     (to check that a test does not pass only for the seed it was written with)."""
