@@ -49,3 +49,23 @@ def _conflict(j, d):
     j64, d64 = j.double(), d.double()
     norms = j64.norm(dim=1)
     return ((j64 @ d64) / (norms.clamp_min(1e-300) * norms.max())).min().item()
+
+
+def sample_jacobian(gen, k, d, rank=None, scale=1.0, dtype=torch.float64, shared=0.5):
+    """K×D matrix of the given rank, with a shared component so that methods differ."""
+    rank = max(1, min(rank or min(k, d), k, d))
+    u = torch.randn(k, rank, generator=gen, dtype=torch.float64)
+    v = torch.randn(rank, d, generator=gen, dtype=torch.float64)
+    j = u @ v / rank**0.5 + shared * torch.randn(1, d, generator=gen, dtype=torch.float64)
+    return (j * scale).to(dtype)
+
+
+def jacobians(gen, n=12):
+    shapes = [(2, 5), (3, 3), (5, 40), (8, 4), (20, 50)]
+    for i in range(n):
+        k, d = shapes[i % len(shapes)]
+        rank = [None, 1, max(1, k // 2)][i % 3]
+        yield sample_jacobian(gen, k, d, rank=rank, scale=SCALES[i % len(SCALES)])
+
+
+SCALES = (1e-12, 1e-6, 1.0, 1e6, 1e12)

@@ -12,7 +12,7 @@ import cvxpy as cp
 import numpy as np
 import pytest
 import torch
-from jacobians import cases, controlled, randomly_spread
+from jacobians import cases, controlled, jacobians, randomly_spread
 
 import morl
 import morl.aggregators.cagrad as cagrad_module
@@ -29,26 +29,6 @@ def cagrad_dual_exact(gram, c):
     """(weights, w*) of the dual, K ≤ 10: solved by support enumeration."""
     assert gram.shape[-1] <= cagrad_module.ENUMERATE_MAX_K
     return cagrad_dual_solve(gram, c)[:2]
-
-
-def sample_jacobian(gen, k, d, rank=None, scale=1.0, dtype=torch.float64, shared=0.5):
-    """K×D matrix of the given rank, with a shared component so that methods differ."""
-    rank = max(1, min(rank or min(k, d), k, d))
-    u = torch.randn(k, rank, generator=gen, dtype=torch.float64)
-    v = torch.randn(rank, d, generator=gen, dtype=torch.float64)
-    j = u @ v / rank**0.5 + shared * torch.randn(1, d, generator=gen, dtype=torch.float64)
-    return (j * scale).to(dtype)
-
-
-def jacobians(gen, n=12):
-    shapes = [(2, 5), (3, 3), (5, 40), (8, 4), (20, 50)]
-    for i in range(n):
-        k, d = shapes[i % len(shapes)]
-        rank = [None, 1, max(1, k // 2)][i % 3]
-        yield sample_jacobian(gen, k, d, rank=rank, scale=SCALES[i % len(SCALES)])
-
-
-SCALES = (1e-12, 1e-6, 1.0, 1e6, 1e12)
 
 
 # -- CAGrad -------------------------------------------------------------------------------------

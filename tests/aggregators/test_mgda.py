@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import quadprog
 import torch
-from jacobians import cases
+from jacobians import cases, jacobians
 
 import morl
 from morl.aggregators import build
@@ -18,26 +18,6 @@ REL_TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 # float32-exact entries whose float32 sum g11 + g22 = 2^25 + 2 rounds to 2^25 (spacing 4 there):
 # the denominator is 6 exactly (λ₁ = 2/6 = 1/3) but 4 in float32 arithmetic (λ₁ = 1/2).
 _G11, _G22, _G12 = 2.0**24 + 2, 2.0**24, 2.0**24 - 2
-
-
-def sample_jacobian(gen, k, d, rank=None, scale=1.0, dtype=torch.float64, shared=0.5):
-    """K×D matrix of the given rank, with a shared component so that methods differ."""
-    rank = max(1, min(rank or min(k, d), k, d))
-    u = torch.randn(k, rank, generator=gen, dtype=torch.float64)
-    v = torch.randn(rank, d, generator=gen, dtype=torch.float64)
-    j = u @ v / rank**0.5 + shared * torch.randn(1, d, generator=gen, dtype=torch.float64)
-    return (j * scale).to(dtype)
-
-
-def jacobians(gen, n=12):
-    shapes = [(2, 5), (3, 3), (5, 40), (8, 4), (20, 50)]
-    for i in range(n):
-        k, d = shapes[i % len(shapes)]
-        rank = [None, 1, max(1, k // 2)][i % 3]
-        yield sample_jacobian(gen, k, d, rank=rank, scale=SCALES[i % len(SCALES)])
-
-
-SCALES = (1e-12, 1e-6, 1.0, 1e6, 1e12)
 
 
 # -- MGDA ---------------------------------------------------------------------------------------
