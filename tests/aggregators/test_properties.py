@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from aggregator_cases import all_configs
-from jacobians import _conflict, cases, controlled, stationary
+from jacobians import _conflict, cases, controlled, sample_jacobian, stationary
 
 import morl
 from morl.aggregators import build
@@ -147,15 +147,6 @@ def test_seeded_draws_are_reproducible(name, options, case, gen):
     a, b = build(name, **options), build(name, **options)
     for _ in range(3):
         assert torch.equal(_call(a, j), _call(b, j))
-
-
-def sample_jacobian(gen, k, d, rank=None, scale=1.0, dtype=torch.float64, shared=0.5):
-    """K×D matrix of the given rank, with a shared component so that methods differ."""
-    rank = max(1, min(rank or min(k, d), k, d))
-    u = torch.randn(k, rank, generator=gen, dtype=torch.float64)
-    v = torch.randn(rank, d, generator=gen, dtype=torch.float64)
-    j = u @ v / rank**0.5 + shared * torch.randn(1, d, generator=gen, dtype=torch.float64)
-    return (j * scale).to(dtype)
 
 
 @pytest.mark.parametrize("name", ("mean", "mgda", "smg", "pcgrad", "cagrad", "moco"))
