@@ -77,6 +77,11 @@ class MTSACConfig:
     aggregate_temperature: bool = False
     log_prob_clamp: float | None = None
     init: Literal["torch", "xavier"] = "torch"
+    # The small-budget recipe's ingredients (docs/mtsac.md, "The CPU recipe"):
+    critic_hidden_sizes: list[int] | None = None  # None: hidden_sizes
+    critic_layer_norm: bool = False
+    actor_layer_norm: bool = False
+    reset_every: int | None = None  # updates between re-initialisations of actor, critics and their Adam states
 
     def validate(self, num_tasks: int) -> None:
         """Raise ``ValueError`` naming the first bad field and what is allowed."""
@@ -84,8 +89,12 @@ class MTSACConfig:
             raise ValueError(
                 f"agent.aggregate={self.aggregate!r} is not valid; allowed: {', '.join(AGGREGATE_CHOICES)}"
             )
-        if not self.hidden_sizes or any(int(h) < 1 for h in self.hidden_sizes):
-            raise ValueError(f"agent.hidden_sizes must be a non-empty list of positive ints, got {self.hidden_sizes}")
+        for name in ("hidden_sizes", "critic_hidden_sizes"):
+            sizes = getattr(self, name)
+            if (sizes is not None or name == "hidden_sizes") and (not sizes or any(int(h) < 1 for h in sizes)):
+                raise ValueError(f"agent.{name} must be a non-empty list of positive ints, got {sizes}")
+        if self.reset_every is not None and not self.reset_every >= 1:
+            raise ValueError(f"agent.reset_every must be >= 1 (updates) or null, got {self.reset_every}")
         if self.batch_size < num_tasks:
             raise ValueError(f"agent.batch_size={self.batch_size} must be >= the number of tasks ({num_tasks})")
         if self.buffer_capacity < num_tasks:
@@ -140,28 +149,10 @@ class MTSAC:
     ) -> None:
         cfg.validate(num_tasks)
         self.cfg, self.num_tasks, self.action_dim = cfg, int(num_tasks), int(action_dim)
-        self.device = torch.device(device)
-        init_gen = torch.Generator().manual_seed(int(seed))
-        hidden = [int(h) for h in cfg.hidden_sizes]
+        self.device, self.seed = torch.device(device), int(seed)
         # task_input "none": the networks never see the one-hot the observations end with
         self._drop = num_tasks if cfg.task_input == "none" else 0
-        net_obs = obs_dim - self._drop
-        self.actor = TaskActor(
-            net_obs,
-            action_dim,
-            num_tasks,
-            hidden,
-            cfg.multi_head,
-            cfg.log_std_min,
-            cfg.log_std_max,
-            generator=init_gen,
-            init=cfg.init,
-        ).to(self.device)
-        # a shared critic is an ensemble of one "task" whose weights broadcast over the task axis
-        critics = num_tasks if cfg.critic == "per_task" else 1
-        self.critic = TwinCriticEnsemble(net_obs, action_dim, critics, hidden, generator=init_gen, init=cfg.init).to(
-            self.device
-        )
+        self.actor, self.critic = self._networks(obs_dim - self._drop, torch.Generator().manual_seed(self.seed))
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         temperatures = num_tasks if cfg.temperature == "per_task" else 1
         self.log_alpha = torch.full(
@@ -196,6 +187,49 @@ class MTSAC:
         )
         self.kernels = _kernels(self, cfg.compile)
 
+    def _networks(self, net_obs: int, gen: torch.Generator) -> tuple[TaskActor, TwinCriticEnsemble]:
+        """A freshly initialised actor and critic ensemble, drawn from ``gen`` (actor first)."""
+        cfg = self.cfg
+        hidden = [int(h) for h in cfg.hidden_sizes]
+        actor = TaskActor(
+            net_obs,
+            self.action_dim,
+            self.num_tasks,
+            hidden,
+            cfg.multi_head,
+            cfg.log_std_min,
+            cfg.log_std_max,
+            generator=gen,
+            init=cfg.init,
+            layer_norm=cfg.actor_layer_norm,
+        )
+        # a shared critic is an ensemble of one "task" whose weights broadcast over the task axis
+        critics = self.num_tasks if cfg.critic == "per_task" else 1
+        critic_hidden = [int(h) for h in (cfg.critic_hidden_sizes or hidden)]
+        critic = TwinCriticEnsemble(
+            net_obs,
+            self.action_dim,
+            critics,
+            critic_hidden,
+            generator=gen,
+            init=cfg.init,
+            layer_norm=cfg.critic_layer_norm,
+        )
+        return actor.to(self.device), critic.to(self.device)
+
+    def reset_networks(self, step: int) -> None:
+        """Re-initialise actor, critics and targets in place and clear their Adam states (BRO's
+        resets, arXiv 2405.16158, Sec. 4); drawn from (seed, step), so a resumed run resets alike."""
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + int(step))
+        actor, critic = self._networks(self.actor.trunk[0].shape[0], gen)
+        with torch.no_grad():
+            for net, fresh in ((self.actor, actor), (self.critic, critic), (self.critic_target, critic)):
+                for p, q in zip(net.parameters(), fresh.parameters()):
+                    p.copy_(q)
+        for opt in (self.actor_opt, self.critic_opt):
+            opt.state.clear()
+            opt.param_bound = None
+
     # -- acting ---------------------------------------------------------------------------
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
@@ -229,6 +263,8 @@ class MTSAC:
         """
         if batch["obs"].dim() != 3 or batch["obs"].shape[0] != self.num_tasks:
             raise ValueError(f"batch['obs'] must be [T={self.num_tasks}, B, obs_dim], got {tuple(batch['obs'].shape)}")
+        if self.cfg.reset_every and step > 0 and step % self.cfg.reset_every == 0:
+            self.reset_networks(step)
         obs, next_obs = self._net_input(batch["obs"]), self._net_input(batch["next_obs"])
         transitions = (obs, batch["action"], batch["reward"], next_obs, batch["terminated"])
         alpha, eps_next = self._alpha(), self._noise(obs)
@@ -331,9 +367,13 @@ class MTSAC:
 
     def _critic_task_loss(self, params: dict[str, torch.Tensor], obs, action, target) -> torch.Tensor:
         """One task's loss on its slice ``[B, ...]`` for the shared critic (weights ``[1, 2, in, out]``)."""
-        depth = len(self.critic.weights)
+        depth, norms = len(self.critic.weights), len(self.critic.norms)
         q = TwinCriticEnsemble.q_values(
-            [params[f"weights.{i}"] for i in range(depth)], [params[f"biases.{i}"] for i in range(depth)], obs, action
+            [params[f"weights.{i}"] for i in range(depth)],
+            [params[f"biases.{i}"] for i in range(depth)],
+            obs,
+            action,
+            [params[f"norms.{i}"] for i in range(norms)],
         )  # [1, 2, B]
         return (q - target).pow(2).mean(-1).sum()
 
@@ -367,9 +407,8 @@ class MTSAC:
         mean, log_std = self.actor(obs, self._task_eye.unsqueeze(1))
         act, logp = squashed_sample(mean, log_std, eps, self.cfg.log_prob_clamp)
         # detached critic weights: the actor loss must not leave gradients on the critics
-        q = TwinCriticEnsemble.q_values(
-            [w.detach() for w in self.critic.weights], [b.detach() for b in self.critic.biases], obs, act
-        ).amin(1)
+        critic = [[p.detach() for p in ps] for ps in (self.critic.weights, self.critic.biases, self.critic.norms)]
+        q = TwinCriticEnsemble.q_values(critic[0], critic[1], obs, act, critic[2]).amin(1)
         losses = (alpha.unsqueeze(1) * logp - q).mean(-1)
         (losses.mean() if self.cfg.aggregate == "none" else self.aggregator.weighted_loss(losses)).backward()
         return losses, logp.detach()
@@ -379,9 +418,13 @@ class MTSAC:
         actor_params = {n: params[n] for n in self._actor_names}
         mean, log_std = functional_call(self.actor, actor_params, (obs, onehot))
         act, logp = squashed_sample(mean, log_std, eps, self.cfg.log_prob_clamp)
-        depth = len(self.critic.weights)
+        depth, norms = len(self.critic.weights), len(self.critic.norms)
         q = TwinCriticEnsemble.q_values(
-            [params[f"critic.w{i}"] for i in range(depth)], [params[f"critic.b{i}"] for i in range(depth)], obs, act
+            [params[f"critic.w{i}"] for i in range(depth)],
+            [params[f"critic.b{i}"] for i in range(depth)],
+            obs,
+            act,
+            [params[f"critic.n{i}"] for i in range(norms)],
         )
         # log pi comes back as aux: the temperatures need it and it saves a second actor forward
         return (alpha * logp - q.amin(0)).mean(), logp.detach()

@@ -45,6 +45,21 @@ def _init_layer_(
         bias.zero_()
 
 
+def layer_norm(x: torch.Tensor, gain: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """LayerNorm over the features (Ba et al., arXiv 1607.06450) with a gain and shift that may be
+    stacked per ensemble member (``[..., 1, H]``), which ``nn.functional.layer_norm`` cannot take."""
+    return nn.functional.layer_norm(x, x.shape[-1:]) * gain + shift
+
+
+def _norm_parameters(shapes: list[list[int]]) -> nn.ParameterList:
+    """Gain (ones) and shift (zeros) of each normalised layer, alternating, as nn.LayerNorm starts."""
+    params = nn.ParameterList()
+    for shape in shapes:
+        params.append(nn.Parameter(torch.ones(shape)))
+        params.append(nn.Parameter(torch.zeros(shape)))
+    return params
+
+
 class TaskActor(nn.Module):
     """Shared MLP actor on the observation (which ends with the task one-hot).
 
@@ -65,6 +80,7 @@ class TaskActor(nn.Module):
         log_std_max: float = 2.0,
         generator: torch.Generator | None = None,
         init: str = "torch",
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         if not hidden_sizes:
@@ -76,6 +92,7 @@ class TaskActor(nn.Module):
         for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
             self.trunk.append(nn.Parameter(torch.empty(fan_in, fan_out)))
             self.trunk.append(nn.Parameter(torch.empty(fan_out)))
+        self.norms = _norm_parameters([[h] for h in hidden_sizes] if layer_norm else [])
         heads = num_tasks if multi_head else 1
         self.head_weight = nn.Parameter(torch.empty(sizes[-1], heads * 2 * action_dim))
         self.head_bias = nn.Parameter(torch.empty(heads * 2 * action_dim))
@@ -85,13 +102,16 @@ class TaskActor(nn.Module):
         _init_layer_(self.head_weight, self.head_bias, sizes[-1], 2 * action_dim, init, generator)
 
     def trunk_parameter_names(self) -> list[str]:
-        return [f"trunk.{i}" for i in range(len(self.trunk))]
+        return [f"trunk.{i}" for i in range(len(self.trunk))] + [f"norms.{i}" for i in range(len(self.norms))]
 
     def forward(self, obs: torch.Tensor, task_onehot: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``obs [..., obs_dim]``, ``task_onehot`` broadcastable to ``[..., T]`` -> (mean, log_std) ``[..., A]``."""
         x = obs.reshape(-1, obs.shape[-1])  # one flat batch: addmm fuses the bias into the matmul
         for i in range(0, len(self.trunk), 2):
-            x = torch.relu(torch.addmm(self.trunk[i + 1], x, self.trunk[i]))
+            x = torch.addmm(self.trunk[i + 1], x, self.trunk[i])
+            if self.norms:
+                x = layer_norm(x, self.norms[i], self.norms[i + 1])
+            x = torch.relu(x)
         out = torch.addmm(self.head_bias, x, self.head_weight).reshape(*obs.shape[:-1], -1)
         if self.multi_head:
             out = out.unflatten(-1, (self.num_tasks, 2 * self.action_dim))
@@ -142,6 +162,7 @@ class TwinCriticEnsemble(nn.Module):
         num_q: int = 2,
         generator: torch.Generator | None = None,
         init: str = "torch",
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         sizes = [obs_dim + action_dim, *hidden_sizes, 1]
@@ -154,21 +175,29 @@ class TwinCriticEnsemble(nn.Module):
             _init_layer_(w, b, fan_in, fan_out, init, generator)
             self.weights.append(w)
             self.biases.append(b)
+        self.norms = _norm_parameters([[num_tasks, num_q, 1, h] for h in hidden_sizes] if layer_norm else [])
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return self.q_values([*self.weights], [*self.biases], obs, action)
+        return self.q_values([*self.weights], [*self.biases], obs, action, [*self.norms])
 
     @staticmethod
     def q_values(
-        weights: list[torch.Tensor], biases: list[torch.Tensor], obs: torch.Tensor, action: torch.Tensor
+        weights: list[torch.Tensor],
+        biases: list[torch.Tensor],
+        obs: torch.Tensor,
+        action: torch.Tensor,
+        norms: list[torch.Tensor] | tuple = (),
     ) -> torch.Tensor:
-        """Q-values with explicit weights (``[(T,) num_q, in, out]``) for any matching input layout."""
+        """Q-values with explicit weights (``[(T,) num_q, in, out]``) for any matching input layout;
+        ``norms``: each hidden layer's LayerNorm gain and shift, alternating (none: no LayerNorm)."""
         # [(T,) 1, B, in] @ [(T,) num_q, in, out] broadcasts to one batched matmul over all members.
         x = torch.cat([obs, action], dim=-1).unsqueeze(-3)
         last = len(weights) - 1
         for i, (w, b) in enumerate(zip(weights, biases)):
             x = torch.matmul(x, w) + b
             if i < last:
+                if norms:
+                    x = layer_norm(x, norms[2 * i], norms[2 * i + 1])
                 x = torch.relu(x)
         return x.squeeze(-1)
 
@@ -176,4 +205,5 @@ class TwinCriticEnsemble(nn.Module):
         """The stacked weights by name (task axis first), as per-task inputs for ``vmap`` over tasks."""
         views = {f"critic.w{i}": w for i, w in enumerate(self.weights)}
         views.update({f"critic.b{i}": b for i, b in enumerate(self.biases)})
+        views.update({f"critic.n{i}": n for i, n in enumerate(self.norms)})
         return views

@@ -29,6 +29,7 @@ from torch.distributions import Normal
 
 import morl
 from morl.agents.rl.mtsac import MTSAC, MTSACConfig, _conflict_stats
+from morl.agents.rl.networks import squashed_sample
 from morl.agents.rl.replay import MultiTaskReplay
 from morl.envs import evaluate_policy, make_env
 
@@ -828,6 +829,8 @@ def test_boundary_configs_are_valid(kw):
         (dict(temperature="global"), ["agent.temperature", "shared"]),
         (dict(init="orthogonal"), ["agent.init", "xavier", "torch"]),
         (dict(log_prob_clamp=0.0), ["agent.log_prob_clamp", "1e-6"]),
+        (dict(critic_hidden_sizes=[]), ["agent.critic_hidden_sizes"]),
+        (dict(reset_every=0), ["agent.reset_every"]),
     ],
 )
 def test_a_bad_config_names_the_field_and_what_is_allowed(kw, words):
@@ -945,3 +948,65 @@ def test_mtsac_learns_point_mass_more_tasks_and_seeds(aggregator, options, seed)
 def test_shared_critic_learner_learns_point_mass(aggregator, options, seed):
     history = train_until_success(aggregator, seed=seed, agent_options=SHARED_LEARNER, **options)
     assert history[-1][1] >= TARGET, f"{aggregator} seed {seed}: evaluations (step, mean success) {history}"
+
+
+def test_critic_hidden_sizes_widen_the_critics_only():
+    agent = _agent(critic_hidden_sizes=[48, 40])
+    assert [tuple(w.shape[-2:]) for w in agent.critic.weights] == [(OBS + A, 48), (48, 40), (40, 1)]
+    assert [agent.actor.trunk[i].shape for i in (0, 2)] == [(OBS, 32), (32, 32)]
+
+
+def test_layer_norm_options_normalise_the_hidden_layers_of_each_network():
+    agent = _agent(critic_layer_norm=True)
+    assert len(agent.critic.norms) == 4 and len(agent.actor.norms) == 0
+    assert len(_agent(actor_layer_norm=True).actor.norms) == 4
+    agent.update(_batch(), step=0)  # the gains and shifts are trained like the weights
+    gains, shifts = agent.critic.norms[0].detach(), agent.critic.norms[1].detach()
+    assert not torch.equal(gains, torch.ones_like(gains)) and not torch.equal(shifts, torch.zeros_like(shifts))
+
+
+@pytest.mark.parametrize("critic", ["per_task", "shared"])
+def test_per_task_actor_gradients_with_layer_norm_match_autograd_task_by_task(critic):
+    agent = _agent("pcgrad", critic=critic, critic_layer_norm=True, actor_layer_norm=True)
+    obs, eps = _batch()["obs"], torch.randn(T, B, A, generator=torch.Generator().manual_seed(2))
+    alpha = torch.tensor([0.1, 0.5, 1.0])
+    losses, grads, _ = agent.kernels.actor_task_grads(obs, eps, alpha)
+    params = list(agent.actor.parameters())
+    for t in range(T):  # the module forward, one task at a time, no vmap
+        mean, log_std = agent.actor(obs[t], torch.eye(T)[t])
+        act, logp = squashed_sample(mean, log_std, eps[t])
+        n = agent.critic.weights[0].shape[0]  # T critics, or the shared one
+        q = agent.critic(obs[t].expand(n, -1, -1), act.expand(n, -1, -1))
+        loss = (alpha[t] * logp - q[t if critic == "per_task" else 0].amin(0)).mean()
+        torch.testing.assert_close(losses[t], loss)
+        ref = torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, params)])
+        torch.testing.assert_close(grads[t], ref, rtol=1e-4, atol=1e-6)
+
+
+def test_reset_every_reinitialises_the_networks_and_restarts_adam():
+    agent = _agent(reset_every=3)
+    batch = _batch()
+    for step in range(3):
+        agent.update(batch, step=step)
+    assert agent.actor_opt.state[agent.actor.trunk[0]]["step"] == 3
+    before = agent.actor.trunk[0].detach().clone()
+    agent.reset_networks(3)
+    # a fresh draw (nn.Linear's bound 1/sqrt(fan_in)), not the trained weights; targets = critics again
+    assert not torch.equal(agent.actor.trunk[0], before)
+    assert float(agent.actor.trunk[0].abs().max()) <= 1 / math.sqrt(OBS)
+    for p, q in zip(agent.critic.parameters(), agent.critic_target.parameters()):
+        assert torch.equal(p, q)
+    assert not agent.actor_opt.state and not agent.critic_opt.state
+    agent.update(batch, step=3)  # the update at a multiple of reset_every resets first: Adam restarts at 1
+    assert agent.actor_opt.state[agent.actor.trunk[0]]["step"] == 1
+
+
+def test_resets_are_drawn_from_seed_and_step_so_a_resumed_run_resets_alike():
+    a, b = _agent(seed=4), _agent(seed=4)
+    a.update(_batch(), step=0)  # different histories, same (seed, step): same fresh networks
+    a.reset_networks(10), b.reset_networks(10)
+    for p, q in zip([*a.actor.parameters(), *a.critic.parameters()], [*b.actor.parameters(), *b.critic.parameters()]):
+        assert torch.equal(p, q)
+    c = _agent(seed=4)
+    c.reset_networks(20)
+    assert not torch.equal(c.actor.trunk[0], a.actor.trunk[0])

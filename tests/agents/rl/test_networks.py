@@ -74,3 +74,46 @@ def test_torch_init_is_the_nn_linear_default():
     actor = TaskActor(OBS, A, T, [400, 400], generator=torch.Generator().manual_seed(0))
     bound = 1 / math.sqrt(400)
     assert actor.trunk[2].abs().max() <= bound and actor.trunk[3].abs().max() > 0.99 * bound
+
+
+def _randomise_(params) -> None:
+    # non-trivial gains and shifts, so that a dropped or sign-flipped affine term shows
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in params:
+            p.add_(torch.randn(p.shape, generator=gen) * 0.5)
+
+
+def test_layer_norm_critic_is_torch_layer_norm_in_every_member():
+    critic = TwinCriticEnsemble(OBS, A, T, [16, 12], generator=torch.Generator().manual_seed(0), layer_norm=True)
+    _randomise_(critic.norms)
+    obs, act = torch.randn(T, 5, OBS), torch.randn(T, 5, A)
+    q = critic(obs, act)  # [T, 2, 5]
+    for t in range(T):
+        for j in range(2):
+            x = torch.cat([obs[t], act[t]], -1)
+            for i in range(2):
+                x = x @ critic.weights[i][t, j] + critic.biases[i][t, j, 0]
+                ln = torch.nn.LayerNorm(x.shape[-1])
+                with torch.no_grad():
+                    ln.weight.copy_(critic.norms[2 * i][t, j, 0])
+                    ln.bias.copy_(critic.norms[2 * i + 1][t, j, 0])
+                x = torch.relu(ln(x))
+            ref = (x @ critic.weights[2][t, j] + critic.biases[2][t, j, 0]).squeeze(-1)
+            torch.testing.assert_close(q[t, j], ref)
+
+
+def test_layer_norm_actor_is_torch_layer_norm_before_each_relu():
+    actor = TaskActor(OBS, A, T, [16, 12], generator=torch.Generator().manual_seed(0), layer_norm=True)
+    _randomise_(actor.norms)
+    obs, onehot = torch.randn(7, OBS), torch.eye(T)[torch.arange(7) % T]
+    mean, _ = actor(obs, onehot)
+    x = obs
+    for i in (0, 2):
+        ln = torch.nn.LayerNorm(actor.trunk[i].shape[1])
+        with torch.no_grad():
+            ln.weight.copy_(actor.norms[i])
+            ln.bias.copy_(actor.norms[i + 1])
+        x = torch.relu(ln(x @ actor.trunk[i] + actor.trunk[i + 1]))
+    torch.testing.assert_close(mean, (x @ actor.head_weight + actor.head_bias)[:, :A])
+    assert {"norms.0", "norms.3"} <= set(actor.trunk_parameter_names())  # aggregated with the trunk
