@@ -6,8 +6,8 @@ gradients only through their Gramian G = J Jᵀ (w_k = 1 / (K √G_kk) on the G 
 class has already divided by its largest diagonal entry), so it subclasses
 ``GramianAggregator``: the base class forms G in one pass, owns the non-finite policy, the
 weights buffer, hooks, ``state_dict`` and ``.to(device)``. To ship it, put the class in
-``morl/aggregators/unit_mean.py`` and add ``"unit_mean": "morl.aggregators.unit_mean:UnitNormMean"``
-to ``REGISTRY`` in ``morl/aggregators/__init__.py`` plus a row in ``tests/aggregator_cases.py``
+``morl/aggregators/unit_mean.py`` and add the pair ``("unit_mean", "UnitNormMean")`` to the
+list ``REGISTRY`` is built from in ``morl/aggregators/__init__.py``, plus a row in ``tests/aggregator_cases.py``
 (the contract suite then checks it). tests/test_examples.py runs exactly this file.
 """
 

@@ -127,7 +127,7 @@ class LoopStats:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.num_tasks = state["num_tasks"]
-        # checkpoints from before per-key counts: every key was counted on every update
+        # a checkpoint without per-key counts counted every key on every update
         state.setdefault("update_counts", {k: state["update_count"] for k in state["update_sums"]})
         for key, value in state.items():
             if key != "num_tasks":
