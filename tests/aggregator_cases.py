@@ -48,23 +48,23 @@ CASES: dict[str, Case] = {
     "gls": Case(linear=True),
     "stch": Case(linear=True, stateful=True),
     "gradnorm": Case(stateful=True),  # the weights follow the gradient norms
-    # bargaining / α-fair weights (tests/test_nash_fair.py): g_k·d = w_k^(−1/α) > 0 where a
+    # bargaining / α-fair weights (tests/aggregators/test_nash_mtl.py, test_fairgrad.py): g_k·d = w_k^(−1/α) > 0 where a
     # solution exists, d = 0 at (rounding-level) Pareto-stationary inputs. d is clipped to
     # ‖d‖ ≤ max_norm and does not scale with J, so the suite's scale-relative tolerances
     # (× max‖g_k‖) do not fit permutation invariance: it is checked relative to ‖d‖ there.
     "nash_mtl": Case(non_conflicting=True, permutation_invariant=True, stateful=True),
     "fairgrad": Case(non_conflicting=True, permutation_invariant=True),
-    # stochastic weight updates on J₁J₂ᵀ (tests/test_sdmgrad_modo.py): λ/w start uniform and
+    # stochastic weight updates on J₁J₂ᵀ (tests/aggregators/test_sdmgrad.py, test_modo.py): λ/w start uniform and
     # persist. SDMGrad steps on A / (mean row norm)², so its weights do not depend on the scale;
     # MoDo steps on the raw A (γ must suit the scale), so it is not linear. SDMGrad is
     # permutation invariant in exact arithmetic, but its 20 steps of η = 10 amplify the float32
     # rounding of A (measured 8e-4 relative in d): checked in float64 in its test file
     "sdmgrad": Case(linear=True, stateful=True),
     "modo": Case(permutation_invariant=True, stateful=True),
-    # random loss weighting (tests/test_rlw.py): weights drawn independently of J, so linear;
+    # random loss weighting (tests/aggregators/test_rlw.py): weights drawn independently of J, so linear;
     # a different draw per row position, so not permutation invariant; the generator advances
     "rlw": Case(linear=True, stochastic=True, stateful=True),
-    # projection / Gramian methods (tests/test_projection_methods.py). UPGrad and DualProj:
+    # projection / Gramian methods (tests/aggregators/test_upgrad.py, test_dualproj.py, ...). UPGrad and DualProj:
     # d = 0 when a strictly positive combination of the rows vanishes (the dual cone is then
     # null(J)), not at every weakly Pareto-stationary J (see docs/aggregators.md).
     "upgrad": Case(non_conflicting=True, stationary_zero=True, permutation_invariant=True, linear=True),
@@ -79,10 +79,10 @@ CASES: dict[str, Case] = {
     "krum": Case(linear=True),  # ties (K − f − 2 = 1: a mutual nearest pair) go to the lower index
     "trimmed_mean": Case(permutation_invariant=True, linear=True),
     "cr_mogm": Case(permutation_invariant=True, linear=True, stateful=True),
-    # excess-risk weights (tests/test_excess_mtl.py): each task's Ê from its own row and its
+    # excess-risk weights (tests/aggregators/test_excess_mtl.py): each task's Ê from its own row and its
     # own statistics, a symmetric softmax; the first step uses the unscaled Ê, so not linear
     "excess_mtl": Case(permutation_invariant=True, stateful=True),
-    # priority-constrained descent (tests/test_pcd.py): row 0 is the primary objective, so
+    # priority-constrained descent (tests/aggregators/test_pcd.py): row 0 is the primary objective, so
     # not permutation invariant; the rows are normalised by their running average of ‖g‖²
     # plus ε, so not exactly linear; the primary can get worse (its gradient is followed only
     # as closely as the secondaries' constraints allow), so not non-conflicting

@@ -1,7 +1,7 @@
 """Every registered aggregator works in every learner: morl.backward, MT-SAC, the
 stable-baselines3 adapter and the supervised adapter (one short update each).
 
-What each method computes is checked elsewhere (tests/test_aggregator_contract.py and the
+What each method computes is checked elsewhere (tests/aggregators/test_properties.py and the
 per-method files); here: each learner hands the method what it needs (losses for the methods
 that read them, nothing per task for the loss weightings), and the update moves the
 parameters by a finite amount along a direction that is not zero.

@@ -512,7 +512,7 @@ class MTSAC:
             self.temperature_aggregator.load_state_dict(state["temperature_aggregator"])
         self.generator.set_state(state["generator"].cpu() if hasattr(state["generator"], "cpu") else state["generator"])
         self.nonfinite_updates.copy_(state["nonfinite_updates"])
-        # checkpoints from before the streak counters: no streak known
+        # a checkpoint without the streak counters: no streak known
         self.nonfinite_streak.copy_(state.get("nonfinite_streak", torch.zeros((), dtype=torch.int64)))
         self.nonfinite_longest.copy_(state.get("nonfinite_longest", torch.zeros((), dtype=torch.int64)))
 

@@ -65,8 +65,8 @@ def test_cagrad_agrees_with_torchjd(k, c):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_mgda_where_torchjd_fails_silently(dtype):
     """Row norms spread by 1e5 (K = 20): our d still satisfies g_k·d ≥ ‖d‖² relative to each
-    row; the reference here is the property itself, TorchJD's FW stops at ε = 1e-3 far from it
-    (recorded, not asserted: its answer is what issue 10 compared against)."""
+    row; the reference here is the property itself: TorchJD's Frank-Wolfe stops at ε = 1e-3, far
+    from it, so its answer is not compared."""
     gen = torch.Generator().manual_seed(0)
     rows = 10 ** torch.linspace(0, -5, 20, dtype=torch.float64)
     j = ((torch.randn(20, 70, generator=gen, dtype=torch.float64) + 0.5) * rows[:, None]).to(dtype)

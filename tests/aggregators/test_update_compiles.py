@@ -1,4 +1,4 @@
-"""The aggregation step of an MT-SAC update compiles to one graph (issue 13, item 4).
+"""The aggregation step of an MT-SAC update compiles to one graph.
 
 CUDA-graph capture needs the step to be one graph with no host read inside; on this CPU the
 nearest check is ``torch.compile(..., fullgraph=True)``, which raises at the first graph

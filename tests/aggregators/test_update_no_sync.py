@@ -1,4 +1,4 @@
-"""One MT-SAC update moves nothing between host and device, for every aggregator (issue 13, item 4).
+"""One MT-SAC update moves nothing between host and device, for every aggregator.
 
 This project has no GPU; these tests stand in for one. An update is the call the RL runner
 makes per gradient step, ``MTSAC.update(batch, step, diagnostics=False)`` (``runners/rl``
