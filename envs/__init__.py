@@ -1,4 +1,5 @@
-"""Multi-task environments: Meta-World wrappers and our own fast vectorised tasks.
+"""Multi-task environments: Meta-World wrappers, MO-Gymnasium's multi-objective MuJoCo tasks
+(vector rewards) and our own fast vectorised tasks.
 
 ``make_env(name, seed=..., protocol=..., ...)`` returns a :class:`MultiTaskVecEnv` (a
 ``gymnasium.vector.VectorEnv``); see docs/environments.md for the contract.
@@ -7,16 +8,18 @@
 from __future__ import annotations
 
 from morl.envs.choices import NORMALIZATION_CHOICES, PROTOCOLS
-from morl.envs.evaluation import default_eval_episodes, evaluate_policy
+from morl.envs.evaluation import default_eval_episodes, evaluate_policy, evaluate_preferences
 from morl.envs.metaworld_env import MetaWorldVecEnv, mt1_task_names
+from morl.envs.mo_gymnasium_env import MOGymnasiumVecEnv, mo_env_names, reference_point
 from morl.envs.point_mass import PointMassEnv
 from morl.envs.reward_normalization import RewardNormalizer
 from morl.envs.vector import MultiTaskVecEnv
 
 
 def available_envs() -> list[str]:
-    """Names accepted by :func:`make_env` (``mt1:<task>`` takes any Meta-World v3 task name)."""
-    return ["mt1:<task-name>", "mt10", "mt50", "point_mass"]
+    """Names accepted by :func:`make_env` (``mt1:<task>`` takes any Meta-World v3 task name; the
+    ``mo-*`` names have vector rewards)."""
+    return ["mt1:<task-name>", "mt10", "mt50", "point_mass", *mo_env_names()]
 
 
 def make_env(
@@ -31,12 +34,14 @@ def make_env(
     reward_function_version: str = "v2",
     reward_normalization: str = "none",
 ) -> MultiTaskVecEnv:
-    """Build the multi-task vector env ``name`` ("mt10", "mt50", "mt1:<task>", "point_mass").
+    """Build the multi-task vector env ``name`` ("mt10", "mt50", "mt1:<task>", "point_mass", or an
+    MO-Gymnasium task such as "mo-hopper-v5", whose rewards are ``[num_envs, env.reward_dim]``).
 
     ``protocol`` ("mtrl" | "metaworld_v3") sets Meta-World's goal sampling and episode length;
     ``max_episode_steps`` overrides the length; ``num_tasks`` is point_mass's task count
     (default 4; ignored by Meta-World); ``eval=True`` builds the evaluation twin (mtrl: same
-    goals; metaworld_v3: its own goal stream; Meta-World episodes end at the first success).
+    goals; metaworld_v3: its own goal stream; Meta-World episodes end at the first success;
+    MO-Gymnasium tasks: their own stream of initial states).
     ``reward_function_version`` ("v1" | "v2") picks Meta-World's reward function (point_mass
     has only one); ``reward_normalization`` ("none" | "exponential" | "running") scales the
     training env's rewards per task (``morl.envs.reward_normalization``; the evaluation env
@@ -51,6 +56,11 @@ def make_env(
         raise ValueError(
             f"unknown reward_normalization {reward_normalization!r}; valid: {', '.join(NORMALIZATION_CHOICES)}"
         )
+    if reward_normalization != "none" and name in mo_env_names():
+        raise ValueError(
+            f"reward_normalization {reward_normalization!r} scales scalar rewards; {name} has a reward "
+            "vector (leave it at none)"
+        )
     env = _build(name, seed, protocol, max_episode_steps, num_tasks, envs_per_task, eval, reward_function_version)
     if reward_normalization != "none" and not eval:
         env.reward_normalizer = RewardNormalizer(env.num_tasks, reward_normalization)
@@ -58,12 +68,17 @@ def make_env(
 
 
 def _build(name, seed, protocol, max_episode_steps, num_tasks, envs_per_task, eval, reward_function_version):
-    if name == "point_mass":
+    if name == "point_mass" or name in mo_env_names():
         if reward_function_version != "v2":
             raise ValueError(
                 f"reward_function_version {reward_function_version!r} exists for Meta-World only; "
-                "point_mass has one reward (leave it at v2)"
+                f"{name} has one reward function (leave it at v2)"
             )
+    if name in mo_env_names():
+        return MOGymnasiumVecEnv(
+            name, seed=seed, envs_per_task=envs_per_task, max_episode_steps=max_episode_steps, eval=eval
+        )
+    if name == "point_mass":
         kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
         return PointMassEnv(
             num_tasks=4 if num_tasks is None else num_tasks, envs_per_task=envs_per_task, seed=seed, **kwargs
@@ -85,4 +100,14 @@ def _build(name, seed, protocol, max_episode_steps, num_tasks, envs_per_task, ev
     raise ValueError(f"unknown env {name!r}; valid names: {', '.join(available_envs())}")
 
 
-__all__ = ["MultiTaskVecEnv", "PROTOCOLS", "available_envs", "default_eval_episodes", "evaluate_policy", "make_env"]
+__all__ = [
+    "MultiTaskVecEnv",
+    "PROTOCOLS",
+    "available_envs",
+    "default_eval_episodes",
+    "evaluate_policy",
+    "evaluate_preferences",
+    "make_env",
+    "mo_env_names",
+    "reference_point",
+]

@@ -3,7 +3,8 @@
 Subclasses only simulate; this base owns what the contract (docs/environments.md) promises
 everywhere: observations ``[num_envs, obs_dim]`` float32 whose last ``num_tasks`` entries are
 the task one-hot, truncation at ``max_episode_steps``, SAME-STEP autoreset with
-``info["final_obs"]``, per-step ``info["success"]`` and per-episode statistics.
+``info["final_obs"]``, per-step ``info["success"]`` and per-episode statistics. Rewards are
+``[num_envs]``, or ``[num_envs, reward_dim]`` for a multi-objective env (``reward_dim`` set).
 """
 
 from __future__ import annotations
@@ -34,11 +35,14 @@ class MultiTaskVecEnv(gym.vector.VectorEnv):
         max_episode_steps: int,
         raw_obs_low: np.ndarray | float = -np.inf,
         raw_obs_high: np.ndarray | float = np.inf,
+        reward_dim: int | None = None,
     ) -> None:
         if envs_per_task < 1:
             raise ValueError(f"envs_per_task must be >= 1, got {envs_per_task}")
         if max_episode_steps < 1:
             raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+        if reward_dim is not None and reward_dim < 1:
+            raise ValueError(f"reward_dim must be >= 1 (objectives) or None (scalar reward), got {reward_dim}")
         self.task_names = list(task_names)
         self.num_tasks = len(self.task_names)
         self.envs_per_task = int(envs_per_task)
@@ -59,7 +63,9 @@ class MultiTaskVecEnv(gym.vector.VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
         n = self.num_envs
-        self._ep_return = np.zeros(n, np.float64)
+        # None: one scalar reward per sub-env; M: a reward vector of M objectives per sub-env
+        self.reward_dim = None if reward_dim is None else int(reward_dim)
+        self._ep_return = np.zeros(n if reward_dim is None else (n, self.reward_dim), np.float64)
         self._ep_length = np.zeros(n, np.int64)
         self._ep_success = np.zeros(n, bool)
         self.episodes_completed = np.zeros(n, np.int64)
@@ -78,7 +84,7 @@ class MultiTaskVecEnv(gym.vector.VectorEnv):
         raise NotImplementedError
 
     def _sim_step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Advance every sub-env: ``(raw_obs [N, raw], reward [N], terminated [N] bool, success [N] bool)``."""
+        """Advance every sub-env: ``(raw_obs [N, raw], reward [N] or [N, M], terminated [N] bool, success [N] bool)``."""
         raise NotImplementedError
 
     def _sim_state(self) -> dict[str, Any]:
@@ -100,7 +106,9 @@ class MultiTaskVecEnv(gym.vector.VectorEnv):
         return self._obs.copy(), {}
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """One step of every sub-env, with SAME-STEP autoreset (see the module docstring)."""
+        """One step of every sub-env, with SAME-STEP autoreset (see the module docstring).
+
+        The reward is float32 ``[N]``, or ``[N, reward_dim]`` (one column per objective)."""
         if self._obs is None:
             raise RuntimeError("call reset() before step()")
         actions = np.asarray(actions, dtype=np.float32)

@@ -91,7 +91,7 @@ def test_the_distribution_name_is_not_pypis_unrelated_morl():
 def test_the_core_depends_on_torch_only_and_every_capability_has_an_extra():
     assert [d.split(">")[0].split("=")[0] for d in PYPROJECT["project"]["dependencies"]] == ["torch"]
     extras = PYPROJECT["project"]["optional-dependencies"]
-    capabilities = {"cli", "rl", "sb3", "supervised", "fl", "prompt", "data", "sweep", "test"}
+    capabilities = {"cli", "rl", "mo", "sb3", "supervised", "fl", "prompt", "data", "sweep", "test"}
     assert capabilities <= set(extras)
     (everything,) = extras["all"]
     assert set(everything.removeprefix("morl-suite[").removesuffix("]").split(",")) == capabilities

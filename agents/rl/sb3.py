@@ -75,6 +75,8 @@ class SB3VecEnv(VecEnv):
     def __init__(self, env) -> None:
         if not is_multitask_vec_env(env):
             raise ValueError(f"SB3VecEnv wraps an envs.MultiTaskVecEnv (from envs.make_env), got {type(env).__name__}")
+        if getattr(env, "reward_dim", None) is not None:
+            raise ValueError(f"SB3VecEnv needs a scalar reward; {env!r} returns {env.reward_dim} objectives per step")
         self.env = env
         self._actions: np.ndarray | None = None
         super().__init__(env.num_envs, env.single_observation_space, env.single_action_space)

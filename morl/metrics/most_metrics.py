@@ -4,8 +4,7 @@ hypervolume and solution diversity. Pure torch; inputs may live on any device.
 * :func:`select_best` / :func:`picked_accuracy` — each objective picks its best model on
   validation and reports that model's test value ("valbest"); ``oracle`` picks on test.
 * :func:`tail_means` — mean of the worst q-fraction of objectives (worst 20/40/60/80 %).
-* :func:`hypervolume` — exact dominated volume for minimisation (2-D sweep; slicing in 3-D+ for
-  small point sets).
+* :func:`hypervolume` — exact dominated volume for minimisation (``morl.metrics.pareto``'s).
 * :func:`prediction_diversity` — mean pairwise symmetric KL between the models' predictions.
 * :func:`plan_sparsity`, :func:`column_cosine` — transport-plan diagnostics (Def. 1).
 """
@@ -15,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+
+from morl.metrics.pareto import hypervolume as pareto_hypervolume
 
 TAIL_FRACTIONS = (0.2, 0.4, 0.6, 0.8)
 
@@ -50,45 +51,10 @@ def tail_means(
     return out
 
 
-def _nondominated(points: torch.Tensor) -> torch.Tensor:
-    le = (points.unsqueeze(0) <= points.unsqueeze(1)).all(-1)
-    lt = (points.unsqueeze(0) < points.unsqueeze(1)).any(-1)
-    dominated = (le & lt).any(1)
-    return points[~dominated]
-
-
 def hypervolume(points: torch.Tensor, reference: Sequence[float] | torch.Tensor) -> torch.Tensor:
-    """Volume of ``{q : ∃p ∈ points, p ≤ q ≤ r}`` (minimisation) for ``points [k, d]``.
-
-    Points not strictly better than ``r`` in every coordinate contribute nothing. 2-D is an exact
-    sweep; higher dimensions slice along the last coordinate recursively (fine for small sets).
-    """
-    if points.dim() != 2:
-        raise ValueError(f"points must have shape [k, d], got {tuple(points.shape)}")
-    ref = torch.as_tensor(reference, dtype=torch.float64, device=points.device)
-    if ref.shape != (points.shape[1],):
-        raise ValueError(f"reference must have {points.shape[1]} coordinates, got {tuple(ref.shape)}")
-    p = points.to(torch.float64)
-    p = p[(p < ref).all(-1)]
-    if p.shape[0] == 0:
-        return torch.zeros((), dtype=torch.float64, device=points.device)
-    p = _nondominated(p)
-    if p.shape[1] == 1:
-        return ref[0] - p[:, 0].min()
-    if p.shape[1] == 2:
-        p = p[torch.argsort(p[:, 0])]
-        # Sorted by f1 ascending, a non-dominated set has f2 descending.
-        widths = torch.cat([p[1:, 0], ref[:1]]) - p[:, 0]
-        return (widths * (ref[1] - p[:, 1])).sum()
-    order = torch.argsort(p[:, -1])
-    p = p[order]
-    levels = torch.cat([p[:, -1], ref[-1:]])
-    total = torch.zeros((), dtype=torch.float64, device=points.device)
-    for k in range(p.shape[0]):
-        height = levels[k + 1] - levels[k]
-        if height > 0:
-            total = total + height * hypervolume(p[: k + 1, :-1], ref[:-1])
-    return total
+    """Volume of ``{q : ∃p ∈ points, p ≤ q ≤ r}`` (minimisation) for ``points [k, d]``: the exact
+    :func:`morl.metrics.pareto.hypervolume` with ``maximize=False``."""
+    return pareto_hypervolume(points, reference, maximize=False)
 
 
 def prediction_diversity(probs: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:

@@ -132,6 +132,12 @@ def _validate_env(env: EnvConfig) -> None:
             )
     elif env.name not in valid:
         raise UserError(f"env.name: unknown environment {env.name!r}; allowed: {', '.join(valid)}")
+    if env.name in envs.mo_env_names():
+        scalar = [n for n in valid if n not in envs.mo_env_names()]
+        raise UserError(
+            f"env.name: {env.name!r} has a reward vector, and multi-task SAC learns from one reward per task; "
+            f"allowed here: {', '.join(scalar)}"
+        )
     if env.envs_per_task < 1:
         raise UserError(f"env.envs_per_task: must be >= 1, got {env.envs_per_task}")
     if env.max_episode_steps is not None and env.max_episode_steps < 1:

@@ -34,6 +34,8 @@ def test_vecenv_adapter_reports_sb3_episode_keys():
         assert np.abs(obs[i, :2]).max() <= env.init_noise  # obs is already the next episode's start
     with pytest.raises(ValueError, match="MultiTaskVecEnv"):
         SB3VecEnv(object())
+    with pytest.raises(ValueError, match="needs a scalar reward.* returns 3 objectives"):
+        SB3VecEnv(make_env("mo-hopper-v5", seed=0))
 
 
 def test_the_replay_holds_each_episodes_final_observation_and_its_true_terminations():

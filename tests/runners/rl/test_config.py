@@ -171,6 +171,7 @@ def test_defaults_without_a_file():
         (["aggregator.name=adam"], ["aggregator.name", "cagrad", "pcgrad"]),
         (["aggregator.options.cc=1"], ["aggregator.options", "cc", "c"]),
         (["env.name=mt11"], ["env.name", "mt10", "point_mass"]),
+        (["env.name=mo-hopper-v5"], ["env.name", "reward vector", "point_mass"]),
         (["env.protocol=v2"], ["env.protocol", "metaworld_v3"]),
         (["agent.aggregate=all"], ["agent.aggregate", "actor_trunk"]),
         (["agent.critic=both"], ["agent.critic", "shared"]),
