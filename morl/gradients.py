@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from morl.aggregators.base import Aggregator, GramianAggregator
+from morl.aggregators.base import Aggregator, GramianAggregator, _all_finite
 from morl.gramian_tape import GramianTape, streamed_gramian
 
 __all__ = [
@@ -218,10 +218,10 @@ def backward(
     else:
         direction, grads = _aggregated_direction(losses, params, aggregator, retain_graph)
         direction = direction.clone()  # written into .grad as views: not the aggregator's tensor
-    ok = torch.isfinite(direction).all()
+    ok = _all_finite(direction)  # isfinite would allocate [D] floats and bools
     if mode == "raise":
         _raise_unless(ok, grads, losses, params, aggregator, retain_graph)
-    own_ok = torch.isfinite(own).all() if own is not None else ok
+    own_ok = _all_finite(own) if own is not None else ok
     if mode == "raise" and not bool(own_ok):
         raise ValueError(_culprit(losses, tasks, retain_graph))
     if mode != "raise":  # device-side fills on [D]: no host read
