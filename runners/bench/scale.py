@@ -25,7 +25,7 @@ import sys
 import time
 
 METHODS = ("plain", "rows", "features", "gramian", "autojac", "autogram")
-FULL = {"ks": (2, 10, 40), "models": ("mlp", "cnn"), "repeats": 2}
+FULL = {"ks": (2, 10, 40), "models": ("mlp", "cnn"), "repeats": 1}
 QUICK = {"ks": (3,), "models": ("mlp", "cnn"), "repeats": 1}
 
 
@@ -174,7 +174,8 @@ def _has_torchjd() -> bool:
     return importlib.util.find_spec("torchjd") is not None
 
 
-def measure(quick: bool, ks=None, models=None, max_gb: float = 6.0, methods=METHODS) -> list[dict]:
+def measure(quick: bool, ks=None, models=None, max_gb: float = 6.0, methods=METHODS, report=None) -> list[dict]:
+    """Every (model, K, method) cell; ``report(row)`` is called as each one finishes."""
     sizes = QUICK if quick else FULL
     rows = []
     for model in models or sizes["models"]:
@@ -195,6 +196,8 @@ def measure(quick: bool, ks=None, models=None, max_gb: float = 6.0, methods=METH
                     row["time_ratio"] = row["seconds"] / plain["seconds"]
                     row["memory_ratio"] = row["peak_bytes"] / plain["peak_bytes"]
                 rows.append(row)
+                if report is not None:
+                    report(row)
     return rows
 
 
@@ -217,7 +220,7 @@ def format_table(rows: list[dict]) -> str:
 
 
 def run(args) -> int:
-    rows = measure(args.quick)
+    rows = measure(args.quick, report=lambda row: print(json.dumps(row), flush=True))
     print(format_table(rows))
     if args.out:
         with open(args.out, "w") as f:
