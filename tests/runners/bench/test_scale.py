@@ -3,8 +3,7 @@ peak relative to the plain step, and the target is registered."""
 
 import pytest
 
-from morl.runners.bench import command
-from morl.runners.bench import scale
+from morl.runners.bench import command, scale
 
 
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
