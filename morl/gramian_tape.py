@@ -150,8 +150,11 @@ def _linear_weight(stream: _Stream, module: nn.Linear, a: list, d: list) -> None
     d = torch.cat([x.reshape(k, -1, out) for x in d], dim=1)  # [K, N, out]
     n, width = a.shape
     if n * n * (k * out + width) <= k * n * width * out:  # ⟨a aᵀ, Δ_k Δ_lᵀ⟩ is the cheaper product
-        m = (a @ a.T) @ d  # [K, N, out]
-        stream.gram += m.reshape(k, -1) @ d.reshape(k, -1).T
+        kernel, flat = a @ a.T, d.reshape(k, -1)
+        chunk = max(1, k // 8)  # (a aᵀ) Δ for a few tasks at a time: no second [K, N, out]
+        for c in range(0, k, chunk):
+            m = kernel @ d[c : c + chunk]
+            stream.gram[c : c + chunk] += m.reshape(m.shape[0], -1) @ flat.T
         return
     step = max(1, out // k)  # each slice [K, step, in] is at most one weight's size
     for s in range(0, out, step):
