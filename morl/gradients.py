@@ -17,12 +17,14 @@ optimizer can step afterwards ("plug an aggregator into my own loop").
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from morl.aggregators.base import Aggregator
+from morl.aggregators.base import Aggregator, GramianAggregator, _all_finite
+from morl.gramian_tape import GramianTape, streamed_gramian
 
 __all__ = [
     "flatten",
@@ -158,15 +160,40 @@ def _loop_grads(losses: torch.Tensor, params: list[torch.Tensor], retain_graph: 
     return torch.cat([_stack_rows(row, params, 1) for row in rows], dim=0)
 
 
-def backward(losses: torch.Tensor, params, aggregator: Callable, *, retain_graph: bool = False) -> torch.Tensor:
+def backward(
+    losses: torch.Tensor,
+    params,
+    aggregator: Callable,
+    *,
+    retain_graph: bool = False,
+    features: torch.Tensor | None = None,
+    gramian=False,
+    task_params=None,
+) -> torch.Tensor:
     """Aggregate per-objective gradients of ``losses`` [K] and write the result into ``.grad``.
 
     ``aggregator`` is a morl :class:`~morl.aggregators.Aggregator` (it gets the detached
     losses too, which EPO-AL and loss-normalised methods need) or any callable
     ``[K, D] -> [D]``. Gradients accumulate into ``.grad`` like ``loss.backward()``; a
-    ``torch.optim`` optimizer can step afterwards. Returns the flat ``[D]`` direction.
-    An aggregator with ``needs_grads`` False (the loss weightings) skips the per-task
-    gradients: one backward of ``aggregator.weighted_loss(losses)``.
+    ``torch.optim`` optimizer can step afterwards. Returns the flat ``[D]`` direction; a
+    ``.grad`` this call creates is a view of it (clone the direction to keep it past an
+    in-place change of ``.grad``). One path per case:
+
+    * ``needs_grads`` False (the loss weightings): ONE backward of
+      ``aggregator.weighted_loss(losses)``, whatever the options below;
+    * ``features=z`` (any tensor the losses reach the ``params`` through, e.g. the shared
+      trunk's output ``[B, d]``): MGDA-UB's representation gradients (arXiv 1810.04650,
+      Sec. 3.3): the ``[K, z.numel()]`` gradients w.r.t. ``z`` (one batched backward through
+      the heads), aggregated into one gradient of ``z``, back-propagated once into ``params``;
+    * ``gramian=True`` (Gramian methods only, :class:`~morl.aggregators.GramianAggregator`):
+      the exact direction without the ``[K, D]`` matrix: G = J Jᵀ streamed
+      (:func:`morl.gramian_tape.streamed_gramian`), the weights w from G, then ONE backward of
+      ``wᵀ losses``; ``gramian=tape`` (a :class:`~morl.gramian_tape.GramianTape` that recorded
+      the forward) also spares the recorded layers' ``[K, p]`` blocks;
+    * otherwise the ``[K, D]`` rows (:func:`per_task_grads`) and the aggregator on them.
+
+    ``task_params`` (e.g. the heads) get the gradient of ``Σ_k L_k``: a parameter only task k's
+    loss reaches gets ∂L_k/∂θ, as in LibMTL.
 
     NaN/inf never reaches ``.grad``, under the aggregator's ``check_finite`` (a plain
     callable counts as ``"raise"``): ``"raise"`` raises ``ValueError`` naming the objective
@@ -179,23 +206,102 @@ def backward(losses: torch.Tensor, params, aggregator: Callable, *, retain_graph
     losses, params = _check_losses(losses), _trainable(params)
     mode = aggregator.check_finite if isinstance(aggregator, Aggregator) else "raise"
     counted = getattr(aggregator, "nonfinite_steps", None)
-    one_backward = isinstance(aggregator, Aggregator) and not aggregator.needs_grads
-    direction, grads = (_weighted_direction if one_backward else _aggregated_direction)(
-        losses, params, aggregator, retain_graph
-    )
-    ok = torch.isfinite(direction).all()
-    if mode == "raise" and not bool(ok):
-        if grads is not None and bool(torch.isfinite(grads).all() & torch.isfinite(losses).all()):
-            raise ValueError(
-                f"the aggregator {aggregator!r} returned a non-finite direction from finite gradients and losses"
-            )
-        raise ValueError(_culprit(losses, params, retain_graph))
-    if mode != "raise":  # a device-side select on [D]: no host read
-        direction = torch.where(ok, direction, torch.zeros((), dtype=direction.dtype, device=direction.device))
+    tasks = _check_options(aggregator, params, features, gramian, task_params)
+    own = _flat_grad(losses.sum(), tasks, None, True)[0] if tasks else None
+    if isinstance(aggregator, Aggregator) and not aggregator.needs_grads:
+        direction, grads = _weighted_direction(losses, params, aggregator, retain_graph)
+    elif features is not None:
+        direction, grads = _representation_direction(losses, params, aggregator, retain_graph, features)
+    elif gramian is not False:
+        tape = gramian if isinstance(gramian, GramianTape) else None
+        direction, grads = _gramian_direction(losses, params, aggregator, retain_graph, tape)
+    else:
+        direction, grads = _aggregated_direction(losses, params, aggregator, retain_graph)
+        direction = direction.clone()  # written into .grad as views: not the aggregator's tensor
+    ok = _all_finite(direction)  # isfinite would allocate [D] floats and bools
+    if mode == "raise":
+        _raise_unless(ok, grads, losses, params, aggregator, retain_graph)
+    own_ok = _all_finite(own) if own is not None else ok
+    if mode == "raise" and not bool(own_ok):
+        raise ValueError(_culprit(losses, tasks, retain_graph))
+    if mode != "raise":  # device-side fills on [D]: no host read
+        ok = ok & own_ok
+        for t in (direction, own):
+            if t is not None:
+                t.masked_fill_(~ok, 0.0)
         if mode == "skip":
             _count_once(aggregator, counted, ok)
-    write_grads(params, direction)
+    _write_views(params, direction)
+    if own is not None:
+        _write_views(tasks, own)
     return direction
+
+
+def _check_options(aggregator, params, features, gramian, task_params) -> list[torch.Tensor]:
+    """One clear error per misuse; returns the task-specific parameters (empty if none)."""
+    if features is not None and (not isinstance(features, torch.Tensor) or not features.requires_grad):
+        raise ValueError("features must be a tensor that requires grad: the shared trunk's output the losses use")
+    if gramian is not False and gramian is not True and not isinstance(gramian, GramianTape):
+        raise ValueError(f"gramian must be False, True or a GramianTape, got {gramian!r}")
+    if gramian is not False and features is not None:
+        raise ValueError("gramian and features are two ways to one direction: pass one of them")
+    weighting = isinstance(aggregator, Aggregator) and not aggregator.needs_grads
+    if gramian is not False and not weighting and not isinstance(aggregator, GramianAggregator):
+        raise ValueError(
+            f"gramian=... needs a Gramian method (one whose weights depend on J Jᵀ only, e.g. mgda, upgrad, "
+            f"cagrad, pcgrad); {aggregator!r} needs the [K, D] rows: leave gramian=False"
+        )
+    tasks = _trainable(task_params) if task_params is not None else []
+    shared = {id(p) for p in params}
+    if any(id(p) in shared for p in tasks):
+        raise ValueError("task_params and params overlap: each parameter is either shared or task-specific")
+    return tasks
+
+
+def _raise_unless(ok, grads, losses, params, aggregator, graph_kept: bool) -> None:
+    """The "raise" rule on a direction: blame the aggregator when its input was finite, else name
+    the objective."""
+    if bool(ok):
+        return
+    if grads is not None and bool(torch.isfinite(grads).all() & torch.isfinite(losses).all()):
+        raise ValueError(
+            f"the aggregator {aggregator!r} returned a non-finite direction from finite gradients and losses"
+        )
+    raise ValueError(_culprit(losses, params, graph_kept))
+
+
+def _flat_grad(output, params, grad_output, retain_graph: bool) -> tuple[torch.Tensor, bool]:
+    """One backward of ``output``; each parameter's gradient is copied into its slice of ONE flat
+    buffer as autograd produces it (so the gradients are never held twice). Returns (flat, reached)."""
+    dtype = functools.reduce(torch.promote_types, (p.dtype for p in params))
+    flat = torch.zeros(sum(p.numel() for p in params), dtype=dtype, device=params[0].device)
+    views, reached = unflatten(flat, params), []
+
+    def keep(view):
+        def hook(g):
+            reached.append(1)
+            view.copy_(g)
+            return view if view.dtype == g.dtype else None  # autograd hands back the view, not g
+
+        return hook
+
+    handles = [p.register_hook(keep(v)) for p, v in zip(params, views)]
+    try:
+        torch.autograd.grad(output, params, grad_output, retain_graph=retain_graph, allow_unused=True)
+    finally:
+        for h in handles:
+            h.remove()
+    return flat, bool(reached)
+
+
+def _write_views(params, flat: torch.Tensor) -> None:
+    """``.grad += `` the direction; a ``.grad`` not there yet becomes a view of ``flat`` (no copy)."""
+    for p, g in zip(params, unflatten(flat, params)):
+        g = g if g.dtype == p.dtype and g.device == p.device else g.to(dtype=p.dtype, device=p.device)
+        if p.grad is None:
+            p.grad = g
+        else:
+            p.grad.add_(g)
 
 
 def _weighted_direction(losses, params, aggregator, retain_graph: bool) -> tuple[torch.Tensor, None]:
@@ -206,26 +312,59 @@ def _weighted_direction(losses, params, aggregator, retain_graph: bool) -> tuple
         if aggregator.check_finite != "raise" or bool(torch.isfinite(losses).all()):
             raise
         raise ValueError(_culprit(losses, params, retain_graph)) from error
-    rows = torch.autograd.grad(loss, params, retain_graph=retain_graph, allow_unused=True)
-    _warn_unreached(range(losses.shape[0]) if all(g is None for g in rows) else ())
-    return _stack_rows(rows, params, 1).reshape(-1), None
+    flat, reached = _flat_grad(loss, params, None, retain_graph)
+    _warn_unreached(() if reached else range(losses.shape[0]))
+    return flat, None
 
 
 def _aggregated_direction(losses, params, aggregator, retain_graph: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``[K, D]`` rows, then the aggregator (or a plain callable ``[K, D] -> [D]``) on them."""
     grads = per_task_grads(losses, params, retain_graph=retain_graph)
+    return _aggregate(grads, losses, aggregator, params, retain_graph), grads
+
+
+def _aggregate(grads, losses, aggregator, params, graph_kept: bool) -> torch.Tensor:
     try:
         direction = aggregator(grads, losses.detach()) if isinstance(aggregator, Aggregator) else aggregator(grads)
     except ValueError as error:  # its "raise" policy would name row 0 of a matrix smeared with NaN
         finite = torch.isfinite(grads).all() & torch.isfinite(losses).all()
         if getattr(aggregator, "check_finite", "raise") != "raise" or bool(finite):
             raise
-        raise ValueError(_culprit(losses, params, retain_graph)) from error
+        raise ValueError(_culprit(losses, params, graph_kept)) from error
     if not isinstance(direction, torch.Tensor) or direction.shape != (grads.shape[1],):
         raise ValueError(
             f"aggregator must return a [D]={grads.shape[1]} tensor, got {getattr(direction, 'shape', direction)}"
         )
-    return direction, grads
+    return direction
+
+
+def _representation_direction(losses, params, aggregator, retain_graph: bool, features) -> tuple[torch.Tensor, None]:
+    """MGDA-UB: aggregate the ``[K, N]`` gradients w.r.t. ``features``, back-propagate the result once."""
+    rows = per_task_grads(losses, [features], retain_graph=True)  # the heads only: the graph below stays
+    dz = _aggregate(rows, losses, aggregator, [features], True)
+    ok = torch.isfinite(dz).all()
+    if getattr(aggregator, "check_finite", "raise") == "raise":
+        _raise_unless(ok, rows, losses, [features], aggregator, True)
+    dz = torch.where(ok, dz, torch.zeros((), dtype=dz.dtype, device=dz.device))  # no NaN into the trunk
+    flat, reached = _flat_grad(features, params, dz.view_as(features).to(features.dtype), retain_graph)
+    if not reached:
+        warnings.warn("features do not depend on params: the shared parameters get a zero gradient", stacklevel=3)
+    return flat, None
+
+
+def _gramian_direction(losses, params, aggregator, retain_graph: bool, tape) -> tuple[torch.Tensor, None]:
+    """G streamed, w from G, ONE backward of wᵀ·losses (= wᵀJ): no ``[K, D]`` matrix."""
+    gram = streamed_gramian(losses, params, tape)  # keeps the graph for the backward below
+    try:
+        weights = aggregator.gramian_weights(gram, losses.detach())
+    except ValueError as error:  # a NaN loss smears every G_kk: name the culprit as the rows path does
+        finite = torch.isfinite(torch.diagonal(gram)).all() & torch.isfinite(losses).all()
+        if aggregator.check_finite != "raise" or bool(finite):
+            raise
+        raise ValueError(_culprit(losses, params, True)) from error
+    flat, reached = _flat_grad(losses, params, weights.detach().to(losses.dtype), retain_graph)
+    _warn_unreached(() if reached else range(losses.shape[0]))
+    return flat, None
 
 
 def _count_once(aggregator: Aggregator, before: torch.Tensor | None, ok: torch.Tensor) -> None:

@@ -12,8 +12,9 @@ from torch.func import functional_call
 
 import morl
 import morl.gradients
-from morl.aggregators import available, build
+from morl.aggregators import GramianAggregator, aggregator_class, available, build
 from morl.gradients import backward, batched_task_grads, flatten, per_task_grads, unflatten, write_grads
+from morl.gramian_tape import GramianTape
 
 K, B, N_IN, N_OUT = 4, 6, 5, 3
 
@@ -378,11 +379,11 @@ def _three_task_net():
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
 
 
-def _three_losses(model, poison=None, how="loss"):
+def _three_losses(model, poison=None, how="loss", inputs=None):
     """Three squared-output losses; objective ``poison`` made non-finite: ``how="loss"`` divides
     it by zero (the loss is inf), ``how="grad"`` adds sqrt(0·Σ out) (the loss stays finite, its
     gradient is sqrt'(0) · 0 = inf · 0 = NaN)."""
-    out = model(torch.linspace(-1.0, 1.0, 24).reshape(6, 4))
+    out = model(torch.linspace(-1.0, 1.0, 24).reshape(6, 4) if inputs is None else inputs)
     parts = [(out[:, k] ** 2).mean() + 0.1 for k in range(3)]
     if poison is not None:
         zero = out[:, poison].sum() * 0.0
@@ -466,3 +467,218 @@ def test_a_plain_callable_that_returns_nan_from_finite_rows_is_refused():
     with pytest.raises(ValueError, match="returned a non-finite direction from finite gradients"):
         backward(torch.stack([x.sum(), (x * x).sum()]), [x], lambda g: g.sum(0) * float("nan"))
     assert x.grad is None
+
+
+# -- gramian=: the exact direction of a Gramian method without the [K, D] matrix ------------------
+GRAMIAN_METHODS = sorted(n for n in available() if issubclass(aggregator_class(n), GramianAggregator))
+
+
+def _trunk_heads(seed: int = 0, dtype=torch.float64):
+    torch.manual_seed(seed)
+    trunk = torch.nn.Sequential(torch.nn.Linear(N_IN, 12), torch.nn.Tanh(), torch.nn.Linear(12, 8), torch.nn.ReLU())
+    heads = torch.nn.ModuleList(torch.nn.Linear(8, 1) for _ in range(K))
+    return trunk.to(dtype), heads.to(dtype)
+
+
+def _head_losses(trunk, heads, x, y):
+    z = trunk(x)
+    return torch.stack([((h(z)[:, 0] - y[:, k]) ** 2).mean() for k, h in enumerate(heads)]), z
+
+
+@pytest.mark.parametrize("use_tape", [False, True])
+@pytest.mark.parametrize("name", GRAMIAN_METHODS)
+def test_gramian_path_gives_the_rows_path_direction(gen, name, use_tape, monkeypatch):
+    """For every Gramian method the direction and .grad of gramian=True / gramian=tape equal
+    the [K, D] path's to float64 rounding, and per_task_grads (the [K, D] matrix) is never called."""
+    x, y = torch.randn(2 * B, N_IN, generator=gen, dtype=torch.float64), torch.randn(2 * B, K, generator=gen)
+    trunk, heads = _trunk_heads()
+    expected = morl.backward(_head_losses(trunk, heads, x, y)[0], trunk, build(name))
+    trunk.zero_grad(set_to_none=True)
+    calls, real = [], morl.gradients.per_task_grads
+    monkeypatch.setattr(morl.gradients, "per_task_grads", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    tape = GramianTape(trunk)
+    with tape:
+        losses = _head_losses(trunk, heads, x, y)[0]
+    direction = morl.backward(losses, trunk, build(name), gramian=tape if use_tape else True)
+    assert not calls and float(expected.abs().max()) > 1e-3
+    torch.testing.assert_close(direction, expected, rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(flatten(p.grad for p in trunk.parameters()), expected, rtol=1e-6, atol=1e-9)
+
+
+def test_gramian_path_keeps_the_aggregator_state_and_options(gen):
+    """Two steps of a stateful method (Nash-MTL's warm weights, PCGrad's seeded draws) give the
+    same directions on either path: the state advances once per call."""
+    x, y = torch.randn(B, N_IN, generator=gen, dtype=torch.float64), torch.randn(B, K, generator=gen)
+    for name in ("nash_mtl", "pcgrad"):
+        directions = []
+        for gramian in (False, True):
+            trunk, heads = _trunk_heads()
+            agg = build(name)
+            directions.append(
+                [morl.backward(_head_losses(trunk, heads, x, y)[0], trunk, agg, gramian=gramian) for _ in (1, 2)]
+            )
+        for a, b in zip(*directions):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-9)
+
+
+class _LargestTensor(torch.utils._python_dispatch.TorchDispatchMode):
+    """The largest number of entries of any tensor an operation created."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.untyped_storage().nbytes() // t.element_size())
+        return out
+
+
+@pytest.mark.parametrize("k", [4, 16])
+def test_gramian_path_never_allocates_a_per_task_weight_block(k):
+    """Memory, counted as the largest tensor autograd and morl allocate in the call: the rows path
+    allocates the [K, D] matrix, gramian=True one [K, p] block of the largest weight at a time,
+    gramian=tape nothing bigger than the flat [D] direction or a layer's [K, B, out] output
+    gradients (every layer is recorded)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, k)
+    )
+    x, d = torch.randn(8, 20), sum(p.numel() for p in model.parameters())
+    largest = {}
+    for how in ("rows", "blocks", "tape"):
+        tape = GramianTape(model)
+        with tape:
+            losses = (model(x) ** 2).mean(0)
+        with _LargestTensor() as seen:
+            morl.backward(losses, model, build("upgrad"), gramian={"rows": False, "blocks": True, "tape": tape}[how])
+        largest[how] = seen.largest
+    assert largest["rows"] >= k * d
+    assert largest["blocks"] == k * 64 * 64  # the [K, 64, 64] block of the middle weight
+    assert largest["tape"] == max(d, k * 8 * 64)  # the direction, or the [K, B, 64] output gradients
+
+
+@pytest.mark.parametrize("mode", ["raise", "skip", "off"])
+@pytest.mark.parametrize("path", ["gramian", "features"])
+@pytest.mark.parametrize("name", ["upgrad", "mgda", "pcgrad", "mean", "graddrop"])
+def test_no_nan_reaches_the_parameters_on_the_gramian_and_features_paths(name, path, mode):
+    """The rule of test_no_nan_reaches_the_parameters_under_any_check_finite_mode, on the two new
+    paths (gramian= for the Gramian methods only); the heads (task_params) are held to it too."""
+    if path == "gramian" and not issubclass(aggregator_class(name), GramianAggregator):
+        pytest.skip("gramian= takes Gramian methods only")
+    model = _three_task_net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    agg = build(name, check_finite=mode)
+    start = [p.detach().clone() for p in model.parameters()]
+
+    def call(culprit=None, how="loss"):
+        z = model[1](model[0](torch.linspace(-1.0, 1.0, 24).reshape(6, 4)))
+        losses = _three_losses(model[2], culprit, how, inputs=z)
+        extra = {"features": z} if path == "features" else {"gramian": True}
+        morl.backward(losses, model[:2], agg, task_params=model[2].parameters(), **extra)
+
+    for culprit, how in ((1, "grad"), (2, "loss")):
+        opt.zero_grad()
+        if mode == "raise":
+            with pytest.raises(ValueError, match="non-finite"):
+                call(culprit, how)
+        else:
+            call(culprit, how)
+        opt.step()
+        for p, p0 in zip(model.parameters(), start):
+            assert torch.equal(p.detach(), p0), (culprit, how)
+    if mode == "skip":
+        assert int(agg.nonfinite_steps) == 2
+    opt.zero_grad()
+    call()
+    opt.step()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert all(not torch.equal(p.detach(), p0) for p, p0 in zip(model.parameters(), start))
+
+
+def test_gramian_raise_names_the_culprit_like_the_rows_path():
+    model = _three_task_net()
+    with pytest.raises(ValueError, match=r"^objective 2 has a non-finite loss"):
+        morl.backward(_three_losses(model, 2, "loss"), model.parameters(), build("upgrad"), gramian=True)
+    with pytest.raises(ValueError, match=r"^objective 1 has a non-finite gradient"):
+        morl.backward(_three_losses(model, 1, "grad"), model.parameters(), build("upgrad"), gramian=True)
+
+
+def test_option_errors_name_what_is_allowed():
+    model = _three_task_net()
+    with pytest.raises(ValueError, match="needs a Gramian method .* leave gramian=False"):
+        morl.backward(_three_losses(model), model, build("graddrop"), gramian=True)
+    with pytest.raises(ValueError, match="gramian must be False, True or a GramianTape"):
+        morl.backward(_three_losses(model), model, build("mgda"), gramian="streamed")
+    with pytest.raises(ValueError, match="pass one of them"):
+        morl.backward(
+            _three_losses(model), model, build("mgda"), gramian=True, features=torch.ones(2, requires_grad=True)
+        )
+    with pytest.raises(ValueError, match="features must be a tensor that requires grad"):
+        morl.backward(_three_losses(model), model, build("mgda"), features=torch.ones(2))
+    with pytest.raises(ValueError, match="task_params and params overlap"):
+        morl.backward(_three_losses(model), model, build("mgda"), task_params=model[2].parameters())
+
+
+# -- features=: MGDA-UB's representation gradients ------------------------------------------------
+def _mgda_two(g1: torch.Tensor, g2: torch.Tensor) -> torch.Tensor:
+    """Min-norm point of the segment [g1, g2] (arXiv 1810.04650, Algorithm 2), in closed form."""
+    alpha = ((g2 - g1) @ g2 / ((g1 - g2) @ (g1 - g2))).clamp(0.0, 1.0)
+    return alpha * g1 + (1 - alpha) * g2
+
+
+def test_features_path_equals_the_hand_computed_mgda_ub_step():
+    """Linear trunk z = x W [B, d], linear heads v_k, L_k = (1/B) Σ_b (z_b·v_k − y_kb)²:
+    ∇_{z_b} L_k = (2/B) r_kb v_k; MGDA on the two flattened [B·d] rows in closed form gives D_z;
+    W gets xᵀ D_z, head k gets ∇_{v_k} L_k = (2/B) Σ_b r_kb z_b (the summed loss's gradient)."""
+    gen = torch.Generator().manual_seed(3)
+    b, n, d = 5, 4, 3
+    x, y = torch.randn(b, n, generator=gen, dtype=torch.float64), torch.randn(2, b, generator=gen, dtype=torch.float64)
+    w = torch.randn(n, d, generator=gen, dtype=torch.float64, requires_grad=True)
+    v = [torch.randn(d, generator=gen, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    z = x @ w
+    losses = torch.stack([((z @ v[k] - y[k]) ** 2).mean() for k in range(2)])
+    direction = morl.backward(losses, [w], build("mgda"), features=z, task_params=v)
+
+    zd = (x @ w).detach()
+    r = [zd @ v[k].detach() - y[k] for k in range(2)]
+    rows = [(2 / b) * r[k][:, None] * v[k].detach()[None, :] for k in range(2)]  # [B, d] each
+    dz = _mgda_two(rows[0].reshape(-1), rows[1].reshape(-1)).reshape(b, d)
+    torch.testing.assert_close(w.grad, x.T @ dz, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(direction, (x.T @ dz).reshape(-1), rtol=1e-10, atol=1e-12)
+    for k in range(2):
+        torch.testing.assert_close(v[k].grad, (2 / b) * (r[k][:, None] * zd).sum(0), rtol=1e-10, atol=1e-12)
+
+
+def test_features_path_differs_from_the_exact_direction_but_descends_for_every_task(gen):
+    """MGDA-UB solves MGDA on ∇_z L_k, not on the parameters' rows: another direction, which for
+    a trunk with full-rank ∂z/∂θ still decreases every loss (Theorem 1). Both measured here on a
+    small trunk; docs/aggregators.md quotes the cosine."""
+    x, y = torch.randn(B, N_IN, generator=gen, dtype=torch.float64), torch.randn(B, K, generator=gen)
+    trunk, heads = _trunk_heads(seed=1)
+    losses, z = _head_losses(trunk, heads, x, y)
+    rows = per_task_grads(losses, trunk.parameters(), retain_graph=True)
+    exact = build("mgda")(rows)
+    rep = morl.backward(losses, trunk, build("mgda"), features=z)
+    cosine = float(rep @ exact / (rep.norm() * exact.norm()))
+    assert 0.5 < cosine < 1 - 1e-6
+    assert bool((rows @ rep > 0).all())
+
+
+def test_features_path_takes_any_aggregator_and_one_batched_backward_through_the_heads(gen, monkeypatch):
+    """The [K, B·d] rows come from per_task_grads on z (one call), any aggregator (here GradDrop,
+    which needs rows) combines them, and the shared parameters get the vector-Jacobian product
+    of that one gradient of z."""
+    x, y = torch.randn(B, N_IN, generator=gen, dtype=torch.float64), torch.randn(B, K, generator=gen)
+    trunk, heads = _trunk_heads()
+    losses, z = _head_losses(trunk, heads, x, y)
+    rows = per_task_grads(losses, [z], retain_graph=True)
+    dz = build("graddrop")(rows, losses.detach())
+    (expected,) = [flatten(torch.autograd.grad(z, list(trunk.parameters()), dz.view_as(z), retain_graph=True))]
+    calls, real = [], morl.gradients.per_task_grads
+    monkeypatch.setattr(morl.gradients, "per_task_grads", lambda *a, **kw: calls.append(a[1]) or real(*a, **kw))
+    direction = morl.backward(losses, trunk, build("graddrop"), features=z)
+    assert len(calls) == 1 and calls[0][0] is z
+    torch.testing.assert_close(direction, expected, rtol=1e-10, atol=1e-12)

@@ -124,6 +124,20 @@ def _resolve_shared(model: nn.Module, shared) -> tuple[list[torch.Tensor], list[
     return [p for _, p in named if id(p) in ids], [p for _, p in named if id(p) not in ids]
 
 
+def _shared_module(model: nn.Module, shared) -> nn.Module:
+    """The submodule whose output is the shared representation (grad_wrt='features')."""
+    if isinstance(shared, nn.Module):
+        return shared
+    names = dict(model.named_modules())
+    name = shared if isinstance(shared, str) else None
+    if name is None or name not in names:
+        raise ValueError(
+            "grad_wrt='features' needs shared to be the trunk submodule or its name (e.g. 'trunk'), "
+            f"got {shared if isinstance(shared, str) else type(shared).__name__}; submodules: {', '.join(n for n in names if n and '.' not in n)}"
+        )
+    return names[name]
+
+
 class SupervisedMTL:
     """Train ``model`` on K tasks with ``aggregator`` combining the shared-parameter gradients.
 
@@ -147,6 +161,13 @@ class SupervisedMTL:
             weighting (``aggregator.needs_grads`` False: UW, DWA, FAMO, GLS, STCH), which
             otherwise takes ONE backward of its weighted loss and leaves
             :attr:`last_task_grads` None; orderings that read them (JoGBa) need True.
+        grad_wrt: ``"params"`` (default): the aggregator combines the ``[K, D]`` gradients of the
+            shared parameters. ``"features"``: MGDA-UB's representation gradients (arXiv
+            1810.04650, Sec. 3.3): it combines the ``[K, B·d]`` gradients w.r.t. the shared
+            module's output z (``shared`` must then be a submodule or the name of one, e.g.
+            ``"trunk"``; z is captured by a forward hook), and that one gradient of z is
+            back-propagated once through the trunk. Cheaper for a large trunk; an approximation
+            of the exact direction (docs/aggregators.md). :attr:`last_task_grads` stays None.
     """
 
     def __init__(
@@ -160,6 +181,7 @@ class SupervisedMTL:
         task_names: Sequence[str] | None = None,
         max_grad_norm: float | None = None,
         keep_task_grads: bool = False,
+        grad_wrt: str = "params",
     ) -> None:
         self.model = model
         self.aggregator = aggregator
@@ -168,6 +190,16 @@ class SupervisedMTL:
         self.shared_params, self.task_params = _resolve_shared(model, shared)
         self.max_grad_norm = max_grad_norm
         self.keep_task_grads = keep_task_grads
+        self.grad_wrt = grad_wrt
+        self._features: torch.Tensor | None = None
+        if grad_wrt == "features":
+            if keep_task_grads:
+                raise ValueError(
+                    "grad_wrt='features' has no [K, D] shared gradients to keep: keep_task_grads must be False"
+                )
+            _shared_module(model, shared).register_forward_hook(self._keep_features)
+        elif grad_wrt != "params":
+            raise ValueError(f"grad_wrt={grad_wrt!r} is not valid; allowed: params, features")
         names = task_names or getattr(loss_fn, "task_names", None)
         self._task_names = list(names) if names else None
         self._task_weights: torch.Tensor | None = None
@@ -269,7 +301,9 @@ class SupervisedMTL:
             head = torch.autograd.grad(wl.sum(), self.task_params, retain_graph=True, allow_unused=True)
             for p, g in zip(self.task_params, head):
                 p.grad = None if g is None else g
-        if self.keep_task_grads or getattr(self.aggregator, "needs_grads", True):
+        if self.grad_wrt == "features" and getattr(self.aggregator, "needs_grads", True):
+            grads, direction = self._representation_step(wl)
+        elif self.keep_task_grads or getattr(self.aggregator, "needs_grads", True):
             grads = per_task_grads(wl, self.shared_params)
             if hasattr(self.aggregator, "needs_losses"):
                 direction = self.aggregator(grads, wl.detach())
@@ -289,13 +323,31 @@ class SupervisedMTL:
         ok = _all_finite(checked if grads is None else [*checked, grads])
         self._count_nonfinite(_step_or_undo(self.optimizer, ok))
         self.steps += 1
-        self.last_task_grads = None if grads is None else grads.detach()
+        self.last_task_grads = None if grads is None or self.grad_wrt == "features" else grads.detach()
         self.last_direction = direction.detach()
         out = {"losses": losses.detach()}
         weights = getattr(self.aggregator, "weights", None)
         if isinstance(weights, torch.Tensor):
             out["weights"] = weights.detach()
         return out
+
+    def _keep_features(self, module: nn.Module, inputs, output) -> None:
+        self._features = output if torch.is_grad_enabled() and isinstance(output, torch.Tensor) else None
+
+    def _representation_step(self, wl: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """([K, N] gradients w.r.t. the trunk output z, the shared direction [D]): the aggregate
+        of the rows is back-propagated once through the trunk (NaN in it is not)."""
+        z, self._features = self._features, None
+        if z is None or not z.requires_grad:
+            raise ValueError("grad_wrt='features': the shared module's output was not recorded in this forward pass")
+        rows = per_task_grads(wl, [z], retain_graph=True)
+        dz = self.aggregator(rows, wl.detach()) if hasattr(self.aggregator, "needs_losses") else self.aggregator(rows)
+        dz = torch.where(_all_finite([dz]), dz, torch.zeros((), dtype=dz.dtype, device=dz.device))
+        got = torch.autograd.grad(z, self.shared_params, dz.view_as(z), allow_unused=True)
+        direction = torch.cat(
+            [(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(got, self.shared_params)]
+        )
+        return rows, direction
 
     def _count_nonfinite(self, ok: torch.Tensor) -> None:
         bad = (~ok).to(torch.int64)

@@ -186,10 +186,37 @@ class GramianAggregator(Aggregator):
         return self._direction(gramian(grads), grads)
 
     def _direction(self, gram: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:
+        return self._weights(gram, grads.dtype) @ grads
+
+    def _weights(self, gram: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         if not self.gramian_in_units:
             gram = gram / gram_scale(gram)
-        self.weights = self.weights_from_gramian(gram).to(grads.dtype)
-        return self.weights @ grads
+        self.weights = self.weights_from_gramian(gram).to(dtype)
+        return self.weights
+
+    def gramian_weights(self, gram: torch.Tensor, losses: torch.Tensor | None = None) -> torch.Tensor:
+        """The weights w [K] that :meth:`forward` would apply to rows J with ``J Jᵀ = gram``
+        (direction ``w @ J``), with the same state updates and ``check_finite`` rule: "raise"
+        names the first objective whose G_kk or loss is NaN/inf, "skip" returns zeros (state
+        restored, counted), "off" checks nothing. For callers that form G without J."""
+        if not isinstance(gram, torch.Tensor) or gram.dim() != 2 or gram.shape[0] != gram.shape[1]:
+            raise ValueError(f"gram must be a square [K, K] tensor, got {getattr(gram, 'shape', type(gram).__name__)}")
+        diag = torch.diagonal(gram)[:, None]  # row k is finite exactly when G_kk is: stands in for J's rows
+        diag, losses = self._check_inputs(diag, losses)
+        if self.check_finite == "off":
+            return self._weights(gram, gram.dtype)
+        before = self._state_buffers() if self.check_finite == "skip" else None
+        ok = self._input_ok(torch.isfinite(diag).all(), diag, losses)
+        weights = self._weights(gram, gram.dtype)
+        ok = ok & _all_finite(weights)
+        if before is not None:
+            return self._keep_finite(weights, ok, before)
+        if not bool(ok):
+            raise ValueError(
+                f"{type(self).__name__} produced non-finite weights from a finite Gramian "
+                f"(K={gram.shape[0]}, {gram.dtype}); use check_finite='skip' to zero such steps"
+            )
+        return weights
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -9,6 +9,7 @@ TARGETS: dict[str, str] = {
     "rl": "morl.runners.bench.rl",
     "most": "morl.runners.bench.most",
     "envs": "morl.runners.bench.env_speed",
+    "scale": "morl.runners.bench.scale",
 }
 
 

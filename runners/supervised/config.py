@@ -52,6 +52,9 @@ class SupervisedConfig:
     ordering: OrderingConfig = field(default_factory=OrderingConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     task_weights: list[float] | None = None
+    # what the aggregator combines: params (the [K, D] shared-parameter gradients) or features (MGDA-UB's
+    # gradients w.r.t. the trunk output, back-propagated once; docs/aggregators.md)
+    grad_wrt: Literal["params", "features"] = "params"
     max_grad_norm: float | None = None
     eval_every: int = 1  # epochs
     checkpoint_every: int = 5  # epochs (the last epoch is always checkpointed)

@@ -65,6 +65,7 @@ def build(cfg, device):
         task_weights=cfg.task_weights,
         max_grad_norm=cfg.max_grad_norm,
         keep_task_grads=order.needs_gradients,
+        grad_wrt=cfg.grad_wrt,
     )
     return data, adapter, order
 

@@ -125,3 +125,24 @@ def _unit_grad(model, weights, rows, x, y, m):
     loss = ((out - y[rows, m]) ** 2).mean()
     trunk = [n for n, _ in model.named_parameters() if n.startswith("trunk.")]
     return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, [w[n] for n in trunk])]).numpy()
+
+
+def test_grad_wrt_features_reaches_the_adapter_and_trains():
+    """``grad_wrt=features`` in the config: the adapter aggregates the trunk output's gradients
+    (its last_task_grads stay None) and the regression losses go down."""
+    sup, (data, adapter, order) = _runner_parts(
+        [
+            "aggregator.name=mgda",
+            "grad_wrt=features",
+            "batch_size=8",
+            "model.hidden=[16]",
+            "data.name=regression",
+            "data.options={num_samples: 107, dim: 6}",
+            "optim.lr=0.02",
+        ]
+    )
+    assert adapter.grad_wrt == "features"
+    x, y = data.train
+    losses = torch.stack([sup.train_epoch(adapter, order, x, y) for _ in range(3)])
+    assert torch.isfinite(losses).all() and losses[-1].sum() < losses[0].sum()
+    assert adapter.last_task_grads is None
