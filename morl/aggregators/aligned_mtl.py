@@ -6,8 +6,6 @@ components of the gradients. With G = VΛVᵀ (the kept eigenpairs),
 λ_scale the smallest kept eigenvalue ("min", the paper), their median or mean, w the preference.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_choice
@@ -49,6 +47,8 @@ class AlignedMTL(PreferenceVector, GramianAggregator):
     """Aligned-MTL. Options: ``pref_vector`` (None: 1/K, TorchJD), ``scale_mode`` ("min", the
     paper; "median", "rmse")."""
 
+    _REPR = ("pref_vector", "scale_mode")
+
     def __init__(self, pref_vector=None, scale_mode: str = "min", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
         self._init_preference(pref_vector)
@@ -58,6 +58,3 @@ class AlignedMTL(PreferenceVector, GramianAggregator):
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         w = self._preference(gram.shape[-1], gram).to(torch.float64)
         return (balance_transformation(gram, self.scale_mode) @ w).to(gram.dtype)
-
-    def __repr__(self) -> str:
-        return f"AlignedMTL(pref_vector={self._pref_repr()}, scale_mode={self.scale_mode!r})"

@@ -17,6 +17,13 @@ def _bump(counter: torch.Tensor | None, flags: torch.Tensor) -> torch.Tensor:
     return flags.sum().to(torch.int64) + (0 if counter is None else counter)
 
 
+def _shown(value) -> str:
+    """An option as ``__repr__`` shows it: floats by ``:g``, host tensors (preferences) as rounded lists."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str([round(v, 6) for v in value.tolist()]) if isinstance(value, torch.Tensor) else repr(value)
+
+
 def _raise_nonfinite_input(grads: torch.Tensor, losses: torch.Tensor | None) -> None:
     """The "raise" error: the first objective whose gradient row or loss is NaN/inf."""
     rows_ok = torch.isfinite(grads).all(dim=1)
@@ -48,6 +55,9 @@ class Aggregator(torch.nn.Module):
     needs_losses_after_step: bool = False  # the learner calls agg.update(losses_after_step) (FAMO)
     direction_is_weighted: bool = True  # the direction is weights @ grads (what CR-MOGM averages)
     _COUNTERS = ("nonfinite_steps", "not_converged")  # never rolled back by "skip"
+    _STATE: tuple[str, ...] = ()  # the buffers of state kept across calls (None until the first call)
+    _UNIFORM: tuple[str, ...] = ()  # the state buffers that start at 1/K (the others at 0)
+    _REPR: tuple[str, ...] = ()  # the options __repr__ shows
 
     def __init__(self, check_finite: str = "raise") -> None:
         super().__init__()
@@ -55,8 +65,8 @@ class Aggregator(torch.nn.Module):
             raise ValueError(f"check_finite={check_finite!r} is not valid; allowed: {', '.join(CHECK_MODES)}")
         self.check_finite = check_finite
         self.register_buffer("weights", None, persistent=False)
-        self.register_buffer("nonfinite_steps", None)
-        self.register_buffer("not_converged", None)
+        for name in ("nonfinite_steps", "not_converged", *self._STATE):
+            self.register_buffer(name, None)
 
     def forward(self, grads: torch.Tensor, losses: torch.Tensor | None = None) -> torch.Tensor:
         grads, losses = self._check_inputs(grads, losses)
@@ -111,7 +121,19 @@ class Aggregator(torch.nn.Module):
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
         """The value buffer ``name`` has before its first finite call (what "skip" puts back)."""
-        return torch.zeros_like(like)
+        return torch.full_like(like, 1.0 / like.shape[-1]) if name in self._UNIFORM else torch.zeros_like(like)
+
+    def _get(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """Buffer ``name`` (initial state before the first call) in ``like``'s dtype and device."""
+        value = getattr(self, name)
+        if value is None:
+            return self._initial_state(name, like)
+        if value.shape != like.shape:
+            raise ValueError(
+                f"{type(self).__name__}: state {name!r} has shape {tuple(value.shape)} but this call needs "
+                f"{tuple(like.shape)} (K changed?); call reset() first"
+            )
+        return value.to(device=like.device, dtype=like.dtype)
 
     @property
     def stats(self) -> dict[str, torch.Tensor]:
@@ -165,7 +187,7 @@ class Aggregator(torch.nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
+        return f"{type(self).__name__}({', '.join(f'{n}={_shown(getattr(self, n))}' for n in self._REPR)})"
 
 
 class GramianAggregator(Aggregator):

@@ -41,11 +41,8 @@ def cagrad_dual_solve(gram, c: float, max_iter: int = 100, tol: float = 1e-10, i
     g, b, r, ridge = _dual_terms(gram, c)
     if b.shape[-1] <= ENUMERATE_MAX_K:
         w = _enumerated_optimum(g, b, r)
-        return (
-            primal_weights(g, r, w, c, ridge, gram.dtype),
-            w,
-            torch.ones(b.shape[:-1], dtype=torch.bool, device=b.device),
-        )
+        exact = torch.ones(b.shape[:-1], dtype=torch.bool, device=b.device)
+        return primal_weights(g, r, w, c, ridge, gram.dtype), w, exact
     tol = tol * (b.abs().amax(-1) + r.squeeze(-1) + 1e-12)  # the gap's units (floored for G = 0)
     w = _dropped_negatives_start(g, b, r, rounds=b.shape[-1]) if init is None else init.to(g)
     if c >= 1.0:  # the min-norm point: the optimum where the rows are Pareto stationary
@@ -99,9 +96,8 @@ def _active_set_steps(g, b, r, w, tol, rounds: int) -> tuple[torch.Tensor, torch
         v_major = v.clamp_min(0)
         gw = (g @ v_major.unsqueeze(-1)).squeeze(-1)  # the gradient b + r g_w/‖g_w‖; +inf where g_w = 0
         sq = (v_major * gw).sum(-1, keepdim=True)
-        grad = torch.where(
-            sq > 0, b + r * gw / torch.where(sq > 0, sq, torch.ones_like(sq)).sqrt(), torch.full_like(gw, float("inf"))
-        )
+        safe_sq = torch.where(sq > 0, sq, torch.ones_like(sq))
+        grad = torch.where(sq > 0, b + r * gw / safe_sq.sqrt(), torch.full_like(gw, float("inf")))
         finished = major & (fw_gap(v_major, grad) <= tol)
         enter = torch.where(support, torch.full_like(grad, float("inf")), grad).argmin(-1, keepdim=True)
         ratio = torch.where(support & (v < 0), w / (w - v), torch.full_like(v, float("inf")))
@@ -110,12 +106,10 @@ def _active_set_steps(g, b, r, w, tol, rounds: int) -> tuple[torch.Tensor, torch
         w_minor = _drop_blocking(w + theta * (v - w), ratio)
         blocked = support & (ray < 0)  # Σu = 0, so some u_i < 0 blocks the ray
         unbounded = ~ok & ~done & ~stuck & torch.isfinite(ray).all(-1) & blocked.any(-1)
-        ratio_ray = torch.where(
-            blocked, w / -torch.where(blocked, ray, -torch.ones_like(ray)), torch.full_like(ray, float("inf"))
-        )
-        w_ray = _drop_blocking(
-            w + torch.where(unbounded.unsqueeze(-1), ratio_ray.amin(-1, keepdim=True), 0.0) * ray, ratio_ray
-        )
+        safe_ray = torch.where(blocked, ray, -torch.ones_like(ray))
+        ratio_ray = torch.where(blocked, w / -safe_ray, torch.full_like(ray, float("inf")))
+        step_ray = torch.where(unbounded.unsqueeze(-1), ratio_ray.amin(-1, keepdim=True), 0.0)
+        w_ray = _drop_blocking(w + step_ray * ray, ratio_ray)
         w_moved = torch.where(minor.unsqueeze(-1), w_minor, w_ray)
         moved = minor | unbounded
         w = torch.where(major.unsqueeze(-1), v_major, torch.where(moved.unsqueeze(-1), w_moved, w))
@@ -150,15 +144,8 @@ def _stationary_on(g, b, r, m) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     total = v.sum(-1, keepdim=True)
     # one Newton step on vᵀGv = r²: the root loses digits to cancellation, vᵀGv does not
     quad_v = (v * (v.unsqueeze(-2) @ g.unsqueeze(-3)).squeeze(-2)).sum(-1, keepdim=True)
-    v = (
-        v
-        - (
-            (quad_v - r.unsqueeze(-1).square())
-            / (2 * torch.where(total > 0, total, torch.ones_like(total)))
-            * (total > 0)
-        )
-        * g_inv_1
-    )
+    safe_total = torch.where(total > 0, total, torch.ones_like(total))
+    v = v - (quad_v - r.unsqueeze(-1).square()) / (2 * safe_total) * (total > 0) * g_inv_1
     total = v.sum(-1, keepdim=True)
     ray = (big_b / safe_a).unsqueeze(-1) * g_inv_1 - g_inv_b
     return v / torch.where(total > 0, total, torch.ones_like(total)), total, ray
@@ -213,6 +200,8 @@ class CAGrad(WarmStartSolver, GramianAggregator):
     ``rescale`` (1): divide d by 1, 1 + c², 1 + c (0, 1, 2; 1 as the reference code).
     ``max_iter`` (100), ``tol`` (1e-10, relative Frank–Wolfe gap), ``warm_start`` (False): the K > 10 solve."""
 
+    _REPR = ("c", "rescale")
+
     def __init__(
         self,
         c: float = 0.5,
@@ -223,9 +212,9 @@ class CAGrad(WarmStartSolver, GramianAggregator):
         check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
-        check_number("CAGrad", "c", c)
+        self.c = check_number("CAGrad", "c", c)
         check_choice("CAGrad", "rescale", rescale, (0, 1, 2))
-        self.c, self.rescale = float(c), rescale
+        self.rescale = rescale
         self._init_solver("CAGrad", max_iter, tol, warm_start)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
@@ -235,6 +224,3 @@ class CAGrad(WarmStartSolver, GramianAggregator):
         self._count_not_converged(converged)
         self._remember(w_dual)
         return (w / (1.0, 1.0 + self.c**2, 1.0 + self.c)[self.rescale]).to(gram.dtype)
-
-    def __repr__(self) -> str:
-        return f"CAGrad(c={self.c:g}, rescale={self.rescale})"

@@ -3,8 +3,6 @@ combination d = Σ_k α_k g_k, Σ α = 1, with equal projections onto every unit
 Gramian form (TorchJD's IMTLG; Quinton & Rey, arXiv 2406.16232)  α = G⁺n / 1ᵀG⁺n, n_k = ‖g_k‖.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators.base import GramianAggregator
@@ -31,6 +29,3 @@ class IMTLG(GramianAggregator):
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         return imtl_g_weights(gram).to(gram.dtype)
-
-    def __repr__(self) -> str:
-        return "IMTLG()"

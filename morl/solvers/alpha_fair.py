@@ -8,8 +8,6 @@ fixed step lengths. A solution exists iff the point is not Pareto stationary; a 
 half of some row's condition (ρ G_ii w_i ≥ ½ w_i^(−1/a)) the point is reported stationary (d = 0).
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.host_reads import reads_are_free

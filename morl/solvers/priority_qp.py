@@ -6,8 +6,6 @@ violated constraint, dropping an active multiplier that reaches 0 first; the act
 mask, each branch a ``where``, tolerances relative.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.host_reads import reads_are_free
