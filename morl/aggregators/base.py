@@ -1,5 +1,7 @@
 """The contract every aggregator follows: K gradient rows ``[K, D]`` in, one direction ``[D]`` to descend out."""
 
+import math
+
 import torch
 
 from morl.solvers.gramian import gram_scale, gramian
@@ -10,6 +12,11 @@ CHECK_MODES = ("raise", "skip", "off")
 def _all_finite(x: torch.Tensor) -> torch.Tensor:
     """0-d bool: no NaN/inf in ``x`` (one min/max pass: both propagate NaN and reach ±inf)."""
     return torch.isfinite(torch.stack(torch.aminmax(x))).all()
+
+
+def _finite(x: torch.Tensor) -> bool:
+    """No NaN/inf in ``x`` (host read): its sum is finite, or (the sum overflowed) every entry is."""
+    return math.isfinite(x.sum().item()) or bool(_all_finite(x))
 
 
 def _bump(counter: torch.Tensor | None, flags: torch.Tensor) -> torch.Tensor:
@@ -24,8 +31,9 @@ def _shown(value) -> str:
     return str([round(v, 6) for v in value.tolist()]) if isinstance(value, torch.Tensor) else repr(value)
 
 
-def _raise_nonfinite_input(grads: torch.Tensor, losses: torch.Tensor | None) -> None:
-    """The "raise" error: the first objective whose gradient row or loss is NaN/inf."""
+def _raise_nonfinite_input(rows: torch.Tensor, grads: torch.Tensor, losses: torch.Tensor | None) -> None:
+    """The "raise" error for the first objective whose gradient row or loss is NaN/inf, or for
+    ``rows`` (G's diagonal) overflowing; returns when all is finite (only a sum overflowed)."""
     rows_ok = torch.isfinite(grads).all(dim=1)
     bad = ~rows_ok if losses is None else ~rows_ok | ~torch.isfinite(losses)
     if bool(bad.any()):
@@ -34,10 +42,11 @@ def _raise_nonfinite_input(grads: torch.Tensor, losses: torch.Tensor | None) -> 
         raise ValueError(
             f"objective {k} has a non-finite (NaN/inf) {what}; all {grads.shape[0]} objectives must be finite"
         )
-    raise ValueError(
-        f"the gradients' Gramian overflows {grads.dtype} (a row norm above ~sqrt of its largest number); "
-        "scale the losses down or aggregate in float64"
-    )
+    if not bool(_all_finite(rows)):
+        raise ValueError(
+            f"the gradients' Gramian overflows {grads.dtype} (a row norm above ~sqrt of its largest number); "
+            "scale the losses down or aggregate in float64"
+        )
 
 
 class Aggregator(torch.nn.Module):
@@ -75,26 +84,28 @@ class Aggregator(torch.nn.Module):
         before = self._state_buffers() if self.check_finite == "skip" else None
         direction, ok = self._checked(grads, losses)
         if before is not None:
-            return self._keep_finite(direction, ok, before)
-        if not bool(ok):
+            return self._keep_finite(direction, ok & _all_finite(direction), before)
+        if not _finite(direction):
             raise ValueError(
                 f"{type(self).__name__} produced a non-finite direction from finite gradients "
                 f"(shape {tuple(grads.shape)}, {grads.dtype}); use check_finite='skip' to zero such steps"
             )
         return direction
 
-    def _checked(self, grads: torch.Tensor, losses: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(direction, 0-d bool: input and direction finite); under "raise" bad input raises first."""
-        ok = self._input_ok(_all_finite(grads), grads, losses)
-        direction = self.aggregate(grads, losses)
-        return direction, ok & _all_finite(direction)
+    def _checked(self, grads: torch.Tensor, losses: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(direction, the input check of :meth:`_input_ok`)."""
+        ok = self._input_ok(grads, grads, losses)
+        return self.aggregate(grads, losses), ok
 
-    def _input_ok(self, rows_ok: torch.Tensor, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        """``rows_ok`` and the losses finite; under "raise" False raises, naming the culprit (one read)."""
-        ok = rows_ok if losses is None else rows_ok & torch.isfinite(losses).all()
-        if self.check_finite == "raise" and not bool(ok):
-            _raise_nonfinite_input(grads, losses)
-        return ok
+    def _input_ok(self, rows: torch.Tensor, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor | None:
+        """Under "skip", 0-d bool: ``rows`` (NaN/inf where a gradient row is) and the losses finite.
+        Under "raise", None after raising on NaN/inf input, naming the culprit (one host read)."""
+        if self.check_finite == "skip":
+            return _all_finite(rows) if losses is None else _all_finite(rows) & torch.isfinite(losses).all()
+        total = rows.sum() if losses is None else rows.sum() + losses.sum()
+        if not math.isfinite(total.item()):
+            _raise_nonfinite_input(rows, grads, losses)
+        return None
 
     def _keep_finite(self, direction: torch.Tensor, ok: torch.Tensor, before: list) -> torch.Tensor:
         """Where ``ok`` is False, zero the step and put every buffer back (device flags, no sync)."""
@@ -146,6 +157,11 @@ class Aggregator(torch.nn.Module):
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
 
+    def _step_weights(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
+        """This call's ``weights``, the state advanced as by a call (for wrappers such as CR-MOGM)."""
+        self.aggregate(grads, losses)
+        return self.weights
+
     def _check_inputs(self, grads, losses):
         if not isinstance(grads, torch.Tensor):
             raise TypeError(f"grads must be a torch.Tensor of shape [K, D], got {type(grads).__name__}")
@@ -196,22 +212,27 @@ class GramianAggregator(Aggregator):
     #: True: weights_from_gramian gets G itself, not G / max diag (Nash-MTL, FairGrad, PCD)
     gramian_in_units: bool = False
 
-    def _checked(self, grads: torch.Tensor, losses: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _checked(self, grads: torch.Tensor, losses: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         # row k holds NaN/inf exactly when G_kk does (or overflows): the Gramian the method needs anyway
         # replaces a pass over [K, D]
         gram = gramian(grads)
-        ok = self._input_ok(torch.isfinite(torch.diagonal(gram)).all(), grads, losses)
-        direction = self._direction(gram, grads)
-        return direction, ok & _all_finite(direction)
+        ok = self._input_ok(torch.diagonal(gram), grads, losses)
+        return self._direction(gram, grads), ok
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         return self._direction(gramian(grads), grads)
 
+    def _step_weights(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
+        return self._weights(gramian(grads), grads.dtype)  # no pass of weights @ grads
+
     def _direction(self, gram: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:
+        return self._weights(gram, grads.dtype) @ grads
+
+    def _weights(self, gram: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         if not self.gramian_in_units:
             gram = gram / gram_scale(gram)
-        self.weights = self.weights_from_gramian(gram).to(grads.dtype)
-        return self.weights @ grads
+        self.weights = self.weights_from_gramian(gram).to(dtype)
+        return self.weights
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -19,18 +19,18 @@ def config_weights(gram: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Weights ([..., K], float64) of d for ``gram`` [..., K, K] and preference ``w``."""
     k = gram.shape[-1]
     g = gram.to(torch.float64)
-    g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, torch.zeros_like(g))  # eigh raises on NaN
+    g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, 0.0)  # eigh raises on NaN
     diag = torch.diagonal(g, dim1=-2, dim2=-1)
     nonzero = diag > ZERO_ROW
-    inv_norm = torch.where(nonzero, diag.clamp_min(ZERO_ROW).rsqrt(), torch.zeros_like(diag))
+    inv_norm = torch.where(nonzero, diag.clamp_min(ZERO_ROW).rsqrt(), 0.0)
     units = g * inv_norm.unsqueeze(-1) * inv_norm.unsqueeze(-2)  # UUᵀ, zero rows stay 0
     pinv = torch.linalg.pinv(units, rtol=k * torch.finfo(gram.dtype).eps, hermitian=True)
     beta = (pinv @ w.to(g).unsqueeze(-1)).squeeze(-1) * inv_norm
     g_beta = (g @ beta.unsqueeze(-1)).squeeze(-1)
     length2 = (beta * g_beta).sum(-1, keepdim=True)  # ‖Jᵀβ‖²
     ok = length2 > 0
-    safe = torch.where(ok, length2, torch.ones_like(length2))
-    return torch.where(ok, beta * g_beta.sum(-1, keepdim=True) / safe, torch.zeros_like(beta))
+    safe = torch.where(ok, length2, 1.0)
+    return torch.where(ok, beta * g_beta.sum(-1, keepdim=True) / safe, 0.0)
 
 
 class ConFIG(PreferenceVector, GramianAggregator):

@@ -32,7 +32,7 @@ class DWA(CallCounters, LossWeighting):
         if self._periods >= 2:  # plain ints: no device read
             last, before = self._get("last", losses), self._get("before", losses)
             ok = before.abs() > torch.finfo(losses.dtype).tiny
-            ratio = torch.where(ok, last / torch.where(ok, before, torch.ones_like(before)), torch.ones_like(last))
+            ratio = torch.where(ok, last / torch.where(ok, before, 1.0), 1.0)
             w = k * torch.softmax(ratio / self.temperature, dim=0)
         else:
             w = torch.ones_like(losses)

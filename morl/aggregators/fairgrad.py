@@ -42,5 +42,5 @@ class FairGrad(GramianAggregator):
         else:
             w, converged, stationary = alpha_fair_solve(gram, self.alpha, self.max_iter, self.tol)
             self._count_not_converged(converged)
-            w = torch.where(stationary.unsqueeze(-1), torch.zeros_like(w), w)
+            w = torch.where(stationary.unsqueeze(-1), 0.0, w)
         return clip_weights(gram, k * w, self.max_norm).to(gram.dtype)

@@ -49,7 +49,7 @@ class GradNorm(LossWeighting):
         ratio = torch.where(initial.abs() > tiny, losses / torch.where(initial.abs() > tiny, initial, 1.0), 1.0)
         ratio = ratio.clamp_min(0.0)  # a loss that changed sign: no restoring force (r^α needs r ≥ 0)
         mean = ratio.mean()
-        r = torch.where(mean > tiny, ratio / mean.clamp_min(tiny), torch.ones_like(ratio))
+        r = torch.where(mean > tiny, ratio / mean.clamp_min(tiny), 1.0)
         g = w.abs() * norms
         target = g.mean() * r.pow(self.alpha)
         grad = torch.sign(g - target) * norms  # ∂/∂w_k of Σ|w_k‖g_k‖ − target_k| for w_k ≥ 0
@@ -59,5 +59,5 @@ class GradNorm(LossWeighting):
         new = new.clamp_min(0.0)
         total = new.sum()
         k = w.shape[0]
-        self.w = torch.where(total > 0, k * new / total.clamp_min(tiny), torch.ones_like(new))
+        self.w = torch.where(total > 0, k * new / total.clamp_min(tiny), 1.0)
         self.initial, self.started = initial, torch.ones((), dtype=torch.bool, device=losses.device)

@@ -56,7 +56,7 @@ class NashMTL(CallCounters, GramianAggregator):
         else:
             alpha, converged, stationary = alpha_fair_solve(gram, 1.0, self.max_iter, self.tol, init=prev)
             self._count_not_converged(converged)
-            alpha = torch.where(stationary.unsqueeze(-1), torch.zeros_like(alpha), alpha)
+            alpha = torch.where(stationary.unsqueeze(-1), 0.0, alpha)
             self.alpha = alpha.to(gram.dtype)
         self._step += 1
         return clip_weights(gram, alpha, self.max_norm).to(gram.dtype)

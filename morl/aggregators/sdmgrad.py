@@ -28,7 +28,7 @@ def sdmgrad_steps(
 def normalise(a: torch.Tensor) -> torch.Tensor:
     """A / s², s = mean_k sqrt(A_kk) (1 if 0); no absolute guard (the authors' 1e-4 freezes w)."""
     s2 = torch.diagonal(a).clamp_min(0.0).sqrt().mean().square()
-    return a / torch.where(s2 > torch.finfo(a.dtype).tiny, s2, torch.ones_like(s2))
+    return a / torch.where(s2 > torch.finfo(a.dtype).tiny, s2, 1.0)
 
 
 class SDMGrad(DoubleSampling, Aggregator):
