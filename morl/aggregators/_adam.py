@@ -1,8 +1,6 @@
 """``torch.optim.Adam``'s step as a pure function of tensors, for the small learnable vectors of the
 loss weightings (UW, FAMO, GradNorm), whose optimizer state lives in buffers."""
 
-from __future__ import annotations
-
 import torch
 
 BETAS = (0.9, 0.999)

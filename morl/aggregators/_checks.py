@@ -8,14 +8,24 @@ def check_choice(owner: str, name: str, value, allowed) -> None:
         raise ValueError(f"{owner} option {name}={value!r} is not valid; allowed: {', '.join(map(str, allowed))}")
 
 
-def check_number(owner: str, name: str, value, low: float = 0.0, strict: bool = False, integer: bool = False) -> None:
-    """``value`` must be a finite real (an int when ``integer``), ``>= low`` (``> low`` when ``strict``)."""
-    ok = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
-    if not (ok and math.isfinite(value) and (value > low if strict else value >= low)):
-        kind = "int" if integer else "number"
-        raise ValueError(
-            f"{owner} option {name}={value!r} is not valid; allowed: a finite {kind} {'>' if strict else '>='} {low:g}"
-        )
+def _allowed(low: float, strict: bool, integer: bool, high: float | None, below: bool) -> str:
+    if high is not None:
+        return f"a number in [{low:g}, {high:g}{')' if below else ']'}"
+    return f"a finite {'int' if integer else 'number'} {'>' if strict else '>='} {low:g}"
+
+
+def check_number(owner, name, value, low=0.0, strict=False, integer=False, high=None, below=False, many=False):
+    """``value`` as a float (an int when ``integer``) if finite, ``>= low`` (``> low`` when ``strict``)
+    and, given ``high``, ``<= high`` (``< high`` when ``below``); with ``many``, one such number or a
+    list of them, as a tuple."""
+    values = tuple(value) if many and isinstance(value, (list, tuple)) else (value,)
+    for v in values:
+        ok = isinstance(v, int if integer else (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if not (ok and (v > low if strict else v >= low) and (high is None or (v < high if below else v <= high))):
+            allowed = _allowed(low, strict, integer, high, below) + (" or a list of them" if many else "")
+            raise ValueError(f"{owner} option {name}={value!r} is not valid; allowed: {allowed}")
+    out = tuple(v if integer else float(v) for v in values)
+    return out if many else out[0]
 
 
 def build_base(owner: str, base, base_options):

@@ -2,8 +2,6 @@
 E[JJᵀ] carries the gradients' covariance. With ``double_sampling=True`` grads is [J₁; J₂]
 ([2K, D]), the weights use A = J₁J₂ᵀ and d is taken on ½(J₁ + J₂); otherwise A = JJᵀ."""
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_choice
@@ -13,7 +11,7 @@ from morl.solvers.gramian import gramian
 class DoubleSampling:
     """Mixin: the ``double_sampling`` option and the simplex weights kept in buffer ``_WEIGHTS``."""
 
-    _WEIGHTS = "w"
+    _WEIGHTS = "w"  # a state buffer in the class's _UNIFORM: 1/K before the first call
 
     def _init_sampling(self, double_sampling: bool) -> None:
         check_choice(type(self).__name__, "double_sampling", double_sampling, (True, False))
@@ -35,18 +33,6 @@ class DoubleSampling:
     def _direction(self, weights: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:
         return torch.cat([weights, weights]) @ grads * 0.5 if self.double_sampling else weights @ grads
 
-    def _previous(self, like: torch.Tensor) -> torch.Tensor:
-        """The weights in ``like``'s dtype (``like`` is A), 1/K before the first call."""
-        k, value = like.shape[0], getattr(self, self._WEIGHTS)
-        if value is None:
-            return torch.full((k,), 1.0 / k, dtype=like.dtype, device=like.device)
-        if value.shape != (k,):
-            raise ValueError(
-                f"{type(self).__name__} was stepped with K={value.shape[0]} objectives, now got K={k}; call reset() first"
-            )
-        return value.to(like)
-
-    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        return (
-            torch.full_like(like, 1.0 / like.shape[0]) if name == self._WEIGHTS else super()._initial_state(name, like)
-        )
+    def _previous(self, a: torch.Tensor) -> torch.Tensor:
+        """The weights in A's dtype and device, 1/K before the first call."""
+        return self._get(self._WEIGHTS, torch.diagonal(a))

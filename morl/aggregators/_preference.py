@@ -1,8 +1,6 @@
 """Option vectors held on the host (TorchJD's ``pref_vector``, per-task constants), copied to
 each device once, so a call never copies host→device."""
 
-from __future__ import annotations
-
 import torch
 
 
@@ -40,7 +38,3 @@ class PreferenceVector:
         if p.shape[0] != k:
             raise ValueError(f"{type(self).__name__} {self._PREF} has {p.shape[0]} entries but got K={k} objectives")
         return on_device(self._pref_on, p, like)
-
-    def _pref_repr(self) -> str:
-        p = getattr(self, self._PREF)
-        return "None" if p is None else str([round(v, 6) for v in p.tolist()])

@@ -1,8 +1,6 @@
 """A seeded ``torch.Generator`` per device for the aggregators that draw random numbers: draws happen
 where they are used (no host→device copy), and the generator states are extra state."""
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_number
@@ -12,8 +10,7 @@ class SeededDraws:
     """Mixin for an aggregator with a ``seed`` option."""
 
     def _init_seed(self, owner: str, seed: int) -> None:
-        check_number(owner, "seed", seed, integer=True)
-        self.seed = seed
+        self.seed = check_number(owner, "seed", seed, integer=True)
         self.generator = torch.Generator().manual_seed(seed)
         self._device_generators: dict[str, torch.Generator] = {}
 

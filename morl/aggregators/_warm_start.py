@@ -8,16 +8,14 @@ from morl.aggregators._checks import check_choice, check_number
 class WarmStartSolver:
     """``max_iter``, ``tol`` and ``warm_start`` (start from the previous solution ``w_prev``, same K; then saved state)."""
 
-    def _init_solver(self, name: str, max_iter: int, tol: float, warm_start: bool) -> None:
-        check_number(name, "max_iter", max_iter, low=1, integer=True)
-        check_number(name, "tol", tol)
-        check_choice(name, "warm_start", warm_start, (True, False))
-        self.max_iter, self.tol, self.warm_start = max_iter, tol, bool(warm_start)
-        self.register_buffer("w_prev", None)
+    _UNIFORM = ("w_prev",)  # a skipped first call leaves the uniform start, not zeros
 
-    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        # a skipped first call leaves the uniform start, not zeros
-        return torch.full_like(like, 1.0 / like.shape[-1]) if name == "w_prev" else super()._initial_state(name, like)
+    def _init_solver(self, name: str, max_iter: int, tol: float, warm_start: bool) -> None:
+        self.max_iter = check_number(name, "max_iter", max_iter, low=1, integer=True)
+        self.tol = check_number(name, "tol", tol)
+        check_choice(name, "warm_start", warm_start, (True, False))
+        self.warm_start = bool(warm_start)
+        self.register_buffer("w_prev", None)
 
     def _start(self, k: int) -> torch.Tensor | None:
         """The previous solution when warm starting with the same K, else None (cold start)."""

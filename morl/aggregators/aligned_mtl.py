@@ -6,8 +6,6 @@ components of the gradients. With G = VΛVᵀ (the kept eigenpairs),
 λ_scale the smallest kept eigenvalue ("min", the paper), their median or mean, w the preference.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_choice
@@ -22,11 +20,11 @@ def balance_transformation(gram: torch.Tensor, scale_mode: str = "min") -> torch
     cutoff) by a mask; an all-zero G gives B = I (as TorchJD)."""
     k = gram.shape[-1]
     g = gram.to(torch.float64)
-    g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, torch.zeros_like(g))  # eigh raises on NaN
+    g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, 0.0)  # eigh raises on NaN
     lam, vec = torch.linalg.eigh(g)
     keep = lam > lam[..., -1:].clamp_min(0) * k * torch.finfo(gram.dtype).eps
-    inv_sqrt = torch.where(keep, torch.where(keep, lam, torch.ones_like(lam)).rsqrt(), torch.zeros_like(lam))
-    scale = _scale(torch.where(keep, lam, torch.full_like(lam, float("inf"))), keep, scale_mode)
+    inv_sqrt = torch.where(keep, torch.where(keep, lam, 1.0).rsqrt(), 0.0)
+    scale = _scale(torch.where(keep, lam, float("inf")), keep, scale_mode)
     b = (vec * (scale.sqrt() * inv_sqrt).unsqueeze(-2)) @ vec.mT
     eye = torch.eye(k, dtype=b.dtype, device=b.device)
     return torch.where(keep.any(-1)[..., None, None], b, eye)
@@ -41,13 +39,15 @@ def _scale(kept: torch.Tensor, keep: torch.Tensor, mode: str) -> torch.Tensor:
     elif mode == "median":  # torch.median's lower median of the kept ones
         out = ordered.gather(-1, ((rank - 1) // 2).clamp_min(0))
     else:
-        out = torch.where(keep, kept, torch.zeros_like(kept)).sum(-1, keepdim=True) / rank.clamp_min(1)
-    return torch.where(rank > 0, out, torch.ones_like(out))
+        out = torch.where(keep, kept, 0.0).sum(-1, keepdim=True) / rank.clamp_min(1)
+    return torch.where(rank > 0, out, 1.0)
 
 
 class AlignedMTL(PreferenceVector, GramianAggregator):
     """Aligned-MTL. Options: ``pref_vector`` (None: 1/K, TorchJD), ``scale_mode`` ("min", the
     paper; "median", "rmse")."""
+
+    _REPR = ("pref_vector", "scale_mode")
 
     def __init__(self, pref_vector=None, scale_mode: str = "min", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
@@ -58,6 +58,3 @@ class AlignedMTL(PreferenceVector, GramianAggregator):
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         w = self._preference(gram.shape[-1], gram).to(torch.float64)
         return (balance_transformation(gram, self.scale_mode) @ w).to(gram.dtype)
-
-    def __repr__(self) -> str:
-        return f"AlignedMTL(pref_vector={self._pref_repr()}, scale_mode={self.scale_mode!r})"

@@ -1,5 +1,7 @@
 """The contract every aggregator follows: K gradient rows ``[K, D]`` in, one direction ``[D]`` to descend out."""
 
+import math
+
 import torch
 
 from morl.solvers.gramian import gram_scale, gramian
@@ -12,13 +14,26 @@ def _all_finite(x: torch.Tensor) -> torch.Tensor:
     return torch.isfinite(torch.stack(torch.aminmax(x))).all()
 
 
+def _finite(x: torch.Tensor) -> bool:
+    """No NaN/inf in ``x`` (host read): its sum is finite, or (the sum overflowed) every entry is."""
+    return math.isfinite(x.sum().item()) or bool(_all_finite(x))
+
+
 def _bump(counter: torch.Tensor | None, flags: torch.Tensor) -> torch.Tensor:
     """``counter + Σ flags`` as an int64 device tensor (created on the first call)."""
     return flags.sum().to(torch.int64) + (0 if counter is None else counter)
 
 
-def _raise_nonfinite_input(grads: torch.Tensor, losses: torch.Tensor | None) -> None:
-    """The "raise" error: the first objective whose gradient row or loss is NaN/inf."""
+def _shown(value) -> str:
+    """An option as ``__repr__`` shows it: floats by ``:g``, host tensors (preferences) as rounded lists."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str([round(v, 6) for v in value.tolist()]) if isinstance(value, torch.Tensor) else repr(value)
+
+
+def _raise_nonfinite_input(rows: torch.Tensor, grads: torch.Tensor, losses: torch.Tensor | None) -> None:
+    """The "raise" error for the first objective whose gradient row or loss is NaN/inf, or for
+    ``rows`` (G's diagonal) overflowing; returns when all is finite (only a sum overflowed)."""
     rows_ok = torch.isfinite(grads).all(dim=1)
     bad = ~rows_ok if losses is None else ~rows_ok | ~torch.isfinite(losses)
     if bool(bad.any()):
@@ -27,10 +42,11 @@ def _raise_nonfinite_input(grads: torch.Tensor, losses: torch.Tensor | None) -> 
         raise ValueError(
             f"objective {k} has a non-finite (NaN/inf) {what}; all {grads.shape[0]} objectives must be finite"
         )
-    raise ValueError(
-        f"the gradients' Gramian overflows {grads.dtype} (a row norm above ~sqrt of its largest number); "
-        "scale the losses down or aggregate in float64"
-    )
+    if not bool(_all_finite(rows)):
+        raise ValueError(
+            f"the gradients' Gramian overflows {grads.dtype} (a row norm above ~sqrt of its largest number); "
+            "scale the losses down or aggregate in float64"
+        )
 
 
 class Aggregator(torch.nn.Module):
@@ -48,6 +64,9 @@ class Aggregator(torch.nn.Module):
     needs_losses_after_step: bool = False  # the learner calls agg.update(losses_after_step) (FAMO)
     direction_is_weighted: bool = True  # the direction is weights @ grads (what CR-MOGM averages)
     _COUNTERS = ("nonfinite_steps", "not_converged")  # never rolled back by "skip"
+    _STATE: tuple[str, ...] = ()  # the buffers of state kept across calls (None until the first call)
+    _UNIFORM: tuple[str, ...] = ()  # the state buffers that start at 1/K (the others at 0)
+    _REPR: tuple[str, ...] = ()  # the options __repr__ shows
 
     def __init__(self, check_finite: str = "raise") -> None:
         super().__init__()
@@ -55,8 +74,8 @@ class Aggregator(torch.nn.Module):
             raise ValueError(f"check_finite={check_finite!r} is not valid; allowed: {', '.join(CHECK_MODES)}")
         self.check_finite = check_finite
         self.register_buffer("weights", None, persistent=False)
-        self.register_buffer("nonfinite_steps", None)
-        self.register_buffer("not_converged", None)
+        for name in ("nonfinite_steps", "not_converged", *self._STATE):
+            self.register_buffer(name, None)
 
     def forward(self, grads: torch.Tensor, losses: torch.Tensor | None = None) -> torch.Tensor:
         grads, losses = self._check_inputs(grads, losses)
@@ -65,26 +84,28 @@ class Aggregator(torch.nn.Module):
         before = self._state_buffers() if self.check_finite == "skip" else None
         direction, ok = self._checked(grads, losses)
         if before is not None:
-            return self._keep_finite(direction, ok, before)
-        if not bool(ok):
+            return self._keep_finite(direction, ok & _all_finite(direction), before)
+        if not _finite(direction):
             raise ValueError(
                 f"{type(self).__name__} produced a non-finite direction from finite gradients "
                 f"(shape {tuple(grads.shape)}, {grads.dtype}); use check_finite='skip' to zero such steps"
             )
         return direction
 
-    def _checked(self, grads: torch.Tensor, losses: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(direction, 0-d bool: input and direction finite); under "raise" bad input raises first."""
-        ok = self._input_ok(_all_finite(grads), grads, losses)
-        direction = self.aggregate(grads, losses)
-        return direction, ok & _all_finite(direction)
+    def _checked(self, grads: torch.Tensor, losses: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(direction, the input check of :meth:`_input_ok`)."""
+        ok = self._input_ok(grads, grads, losses)
+        return self.aggregate(grads, losses), ok
 
-    def _input_ok(self, rows_ok: torch.Tensor, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        """``rows_ok`` and the losses finite; under "raise" False raises, naming the culprit (one read)."""
-        ok = rows_ok if losses is None else rows_ok & torch.isfinite(losses).all()
-        if self.check_finite == "raise" and not bool(ok):
-            _raise_nonfinite_input(grads, losses)
-        return ok
+    def _input_ok(self, rows: torch.Tensor, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor | None:
+        """Under "skip", 0-d bool: ``rows`` (NaN/inf where a gradient row is) and the losses finite.
+        Under "raise", None after raising on NaN/inf input, naming the culprit (one host read)."""
+        if self.check_finite == "skip":
+            return _all_finite(rows) if losses is None else _all_finite(rows) & torch.isfinite(losses).all()
+        total = rows.sum() if losses is None else rows.sum() + losses.sum()
+        if not math.isfinite(total.item()):
+            _raise_nonfinite_input(rows, grads, losses)
+        return None
 
     def _keep_finite(self, direction: torch.Tensor, ok: torch.Tensor, before: list) -> torch.Tensor:
         """Where ``ok`` is False, zero the step and put every buffer back (device flags, no sync)."""
@@ -111,7 +132,19 @@ class Aggregator(torch.nn.Module):
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
         """The value buffer ``name`` has before its first finite call (what "skip" puts back)."""
-        return torch.zeros_like(like)
+        return torch.full_like(like, 1.0 / like.shape[-1]) if name in self._UNIFORM else torch.zeros_like(like)
+
+    def _get(self, name: str, like: torch.Tensor) -> torch.Tensor:
+        """Buffer ``name`` (initial state before the first call) in ``like``'s dtype and device."""
+        value = getattr(self, name)
+        if value is None:
+            return self._initial_state(name, like)
+        if value.shape != like.shape:
+            raise ValueError(
+                f"{type(self).__name__}: state {name!r} has shape {tuple(value.shape)} but this call needs "
+                f"{tuple(like.shape)} (K changed?); call reset() first"
+            )
+        return value.to(device=like.device, dtype=like.dtype)
 
     @property
     def stats(self) -> dict[str, torch.Tensor]:
@@ -123,6 +156,11 @@ class Aggregator(torch.nn.Module):
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         raise NotImplementedError
+
+    def _step_weights(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
+        """This call's ``weights``, the state advanced as by a call (for wrappers such as CR-MOGM)."""
+        self.aggregate(grads, losses)
+        return self.weights
 
     def _check_inputs(self, grads, losses):
         if not isinstance(grads, torch.Tensor):
@@ -165,7 +203,7 @@ class Aggregator(torch.nn.Module):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
+        return f"{type(self).__name__}({', '.join(f'{n}={_shown(getattr(self, n))}' for n in self._REPR)})"
 
 
 class GramianAggregator(Aggregator):
@@ -174,16 +212,18 @@ class GramianAggregator(Aggregator):
     #: True: weights_from_gramian gets G itself, not G / max diag (Nash-MTL, FairGrad, PCD)
     gramian_in_units: bool = False
 
-    def _checked(self, grads: torch.Tensor, losses: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _checked(self, grads: torch.Tensor, losses: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
         # row k holds NaN/inf exactly when G_kk does (or overflows): the Gramian the method needs anyway
         # replaces a pass over [K, D]
         gram = gramian(grads)
-        ok = self._input_ok(torch.isfinite(torch.diagonal(gram)).all(), grads, losses)
-        direction = self._direction(gram, grads)
-        return direction, ok & _all_finite(direction)
+        ok = self._input_ok(torch.diagonal(gram), grads, losses)
+        return self._direction(gram, grads), ok
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         return self._direction(gramian(grads), grads)
+
+    def _step_weights(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
+        return self._weights(gramian(grads), grads.dtype)  # no pass of weights @ grads
 
     def _direction(self, gram: torch.Tensor, grads: torch.Tensor) -> torch.Tensor:
         return self._weights(gram, grads.dtype) @ grads
@@ -196,9 +236,8 @@ class GramianAggregator(Aggregator):
 
     def gramian_weights(self, gram: torch.Tensor, losses: torch.Tensor | None = None) -> torch.Tensor:
         """The weights w [K] that :meth:`forward` would apply to rows J with ``J Jᵀ = gram``
-        (direction ``w @ J``), with the same state updates and ``check_finite`` rule: "raise"
-        names the first objective whose G_kk or loss is NaN/inf, "skip" returns zeros (state
-        restored, counted), "off" checks nothing. For callers that form G without J."""
+        (direction ``w @ J``), with the same state updates and ``check_finite`` rule. For callers
+        that form G without J (``morl.backward(..., gramian=...)``)."""
         if not isinstance(gram, torch.Tensor) or gram.dim() != 2 or gram.shape[0] != gram.shape[1]:
             raise ValueError(f"gram must be a square [K, K] tensor, got {getattr(gram, 'shape', type(gram).__name__)}")
         diag = torch.diagonal(gram)[:, None]  # row k is finite exactly when G_kk is: stands in for J's rows
@@ -206,12 +245,11 @@ class GramianAggregator(Aggregator):
         if self.check_finite == "off":
             return self._weights(gram, gram.dtype)
         before = self._state_buffers() if self.check_finite == "skip" else None
-        ok = self._input_ok(torch.isfinite(diag).all(), diag, losses)
+        ok = self._input_ok(diag[:, 0], diag, losses)
         weights = self._weights(gram, gram.dtype)
-        ok = ok & _all_finite(weights)
         if before is not None:
-            return self._keep_finite(weights, ok, before)
-        if not bool(ok):
+            return self._keep_finite(weights, ok & _all_finite(weights), before)
+        if not _finite(weights):
             raise ValueError(
                 f"{type(self).__name__} produced non-finite weights from a finite Gramian "
                 f"(K={gram.shape[0]}, {gram.dtype}); use check_finite='skip' to zero such steps"

@@ -27,11 +27,11 @@ def _dual_terms(gram: torch.Tensor, c: float) -> tuple[torch.Tensor, torch.Tenso
     (the dual is homogeneous in G; δ from :func:`definite_ridge` makes it positive definite)."""
     g = gram.to(torch.float64)
     top = torch.diagonal(g, dim1=-2, dim2=-1).amax(-1, keepdim=True).unsqueeze(-1)
-    g = g / torch.where(top > 0, top, torch.ones_like(top))
+    g = g / torch.where(top > 0, top, 1.0)
     b = g.mean(-1)
     ridge = definite_ridge(g, gram.dtype).clamp_min(RIDGE)
     diag = torch.diagonal(g, dim1=-2, dim2=-1)
-    g = g + ridge * torch.diag_embed(torch.where(diag > ZERO_ROW, diag, torch.ones_like(diag)))
+    g = g + ridge * torch.diag_embed(torch.where(diag > ZERO_ROW, diag, 1.0))
     return g, b, c * torch.sqrt(b.mean(-1, keepdim=True).clamp(min=0.0)), ridge
 
 
@@ -41,11 +41,8 @@ def cagrad_dual_solve(gram, c: float, max_iter: int = 100, tol: float = 1e-10, i
     g, b, r, ridge = _dual_terms(gram, c)
     if b.shape[-1] <= ENUMERATE_MAX_K:
         w = _enumerated_optimum(g, b, r)
-        return (
-            primal_weights(g, r, w, c, ridge, gram.dtype),
-            w,
-            torch.ones(b.shape[:-1], dtype=torch.bool, device=b.device),
-        )
+        exact = torch.ones(b.shape[:-1], dtype=torch.bool, device=b.device)
+        return primal_weights(g, r, w, c, ridge, gram.dtype), w, exact
     tol = tol * (b.abs().amax(-1) + r.squeeze(-1) + 1e-12)  # the gap's units (floored for G = 0)
     w = _dropped_negatives_start(g, b, r, rounds=b.shape[-1]) if init is None else init.to(g)
     if c >= 1.0:  # the min-norm point: the optimum where the rows are Pareto stationary
@@ -61,11 +58,11 @@ def _dropped_negatives_start(g, b, r, rounds: int) -> torch.Tensor:
     support = torch.ones(b.shape, dtype=g.dtype, device=g.device)
     for _ in range(rounds):
         negative = (support > 0) & (_stationary_on(g, b, r, support.unsqueeze(-2))[0].squeeze(-2) < 0)
-        support = torch.where(negative, torch.zeros_like(support), support)
+        support = torch.where(negative, 0.0, support)
         if reads_are_free(g) and not bool(negative.any()):
             break
     w, feasible = _support_candidates(g, b, r, support.unsqueeze(-2))
-    return torch.where(feasible, w.squeeze(-2), torch.full_like(b, 1.0 / b.shape[-1]))
+    return torch.where(feasible, w.squeeze(-2), 1.0 / b.shape[-1])
 
 
 def dual_objective(g, b, r, w) -> torch.Tensor:
@@ -99,23 +96,20 @@ def _active_set_steps(g, b, r, w, tol, rounds: int) -> tuple[torch.Tensor, torch
         v_major = v.clamp_min(0)
         gw = (g @ v_major.unsqueeze(-1)).squeeze(-1)  # the gradient b + r g_w/‖g_w‖; +inf where g_w = 0
         sq = (v_major * gw).sum(-1, keepdim=True)
-        grad = torch.where(
-            sq > 0, b + r * gw / torch.where(sq > 0, sq, torch.ones_like(sq)).sqrt(), torch.full_like(gw, float("inf"))
-        )
+        safe_sq = torch.where(sq > 0, sq, 1.0)
+        grad = torch.where(sq > 0, b + r * gw / safe_sq.sqrt(), float("inf"))
         finished = major & (fw_gap(v_major, grad) <= tol)
-        enter = torch.where(support, torch.full_like(grad, float("inf")), grad).argmin(-1, keepdim=True)
-        ratio = torch.where(support & (v < 0), w / (w - v), torch.full_like(v, float("inf")))
+        enter = torch.where(support, float("inf"), grad).argmin(-1, keepdim=True)
+        ratio = torch.where(support & (v < 0), w / (w - v), float("inf"))
         theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
         minor = ok & ~major
         w_minor = _drop_blocking(w + theta * (v - w), ratio)
         blocked = support & (ray < 0)  # Σu = 0, so some u_i < 0 blocks the ray
         unbounded = ~ok & ~done & ~stuck & torch.isfinite(ray).all(-1) & blocked.any(-1)
-        ratio_ray = torch.where(
-            blocked, w / -torch.where(blocked, ray, -torch.ones_like(ray)), torch.full_like(ray, float("inf"))
-        )
-        w_ray = _drop_blocking(
-            w + torch.where(unbounded.unsqueeze(-1), ratio_ray.amin(-1, keepdim=True), 0.0) * ray, ratio_ray
-        )
+        safe_ray = torch.where(blocked, ray, -1.0)
+        ratio_ray = torch.where(blocked, w / -safe_ray, float("inf"))
+        step_ray = torch.where(unbounded.unsqueeze(-1), ratio_ray.amin(-1, keepdim=True), 0.0)
+        w_ray = _drop_blocking(w + step_ray * ray, ratio_ray)
         w_moved = torch.where(minor.unsqueeze(-1), w_minor, w_ray)
         moved = minor | unbounded
         w = torch.where(major.unsqueeze(-1), v_major, torch.where(moved.unsqueeze(-1), w_moved, w))
@@ -144,24 +138,17 @@ def _stationary_on(g, b, r, m) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     sol = torch.linalg.solve(a, torch.stack([m / dn, m * b.unsqueeze(-2) / dn], dim=-1)) / dn.unsqueeze(-1)
     g_inv_1, g_inv_b = sol[..., 0], sol[..., 1]
     big_a, big_b, big_c = (m * g_inv_1).sum(-1), (m * g_inv_b).sum(-1), (m * b.unsqueeze(-2) * g_inv_b).sum(-1)
-    safe_a = torch.where(big_a != 0, big_a, torch.ones_like(big_a))
+    safe_a = torch.where(big_a != 0, big_a, 1.0)
     nu = (big_b + torch.sqrt((big_b.square() - big_a * (big_c - r.square())).clamp(min=0.0))) / safe_a
     v = nu.unsqueeze(-1) * g_inv_1 - g_inv_b
     total = v.sum(-1, keepdim=True)
     # one Newton step on vᵀGv = r²: the root loses digits to cancellation, vᵀGv does not
     quad_v = (v * (v.unsqueeze(-2) @ g.unsqueeze(-3)).squeeze(-2)).sum(-1, keepdim=True)
-    v = (
-        v
-        - (
-            (quad_v - r.unsqueeze(-1).square())
-            / (2 * torch.where(total > 0, total, torch.ones_like(total)))
-            * (total > 0)
-        )
-        * g_inv_1
-    )
+    safe_total = torch.where(total > 0, total, 1.0)
+    v = v - (quad_v - r.unsqueeze(-1).square()) / (2 * safe_total) * (total > 0) * g_inv_1
     total = v.sum(-1, keepdim=True)
     ray = (big_b / safe_a).unsqueeze(-1) * g_inv_1 - g_inv_b
-    return v / torch.where(total > 0, total, torch.ones_like(total)), total, ray
+    return v / torch.where(total > 0, total, 1.0), total, ray
 
 
 def _support_candidates(g, b, r, m) -> tuple[torch.Tensor, torch.Tensor]:
@@ -169,7 +156,7 @@ def _support_candidates(g, b, r, m) -> tuple[torch.Tensor, torch.Tensor]:
     w, total, _ = _stationary_on(g, b, r, m)
     feasible = (w >= -1e-12).all(-1) & (total.squeeze(-1) > 0) & torch.isfinite(w).all(-1)
     w = w.clamp_min(0.0)
-    w = torch.where(feasible.unsqueeze(-1), w / w.sum(-1, keepdim=True).clamp_min(1e-300), torch.zeros_like(w))
+    w = torch.where(feasible.unsqueeze(-1), w / w.sum(-1, keepdim=True).clamp_min(1e-300), 0.0)
     single = m.sum(-1, keepdim=True) == 1  # a single row is its own stationary point (1ᵀv = 0 when r = 0)
     return torch.where(single, m.expand_as(w), w), feasible | single.squeeze(-1)
 
@@ -179,7 +166,7 @@ def _enumerated_optimum(g, b, r) -> torch.Tensor:
     k = g.shape[-1]
     w, feasible = _support_candidates(g, b, r, support_masks(k, g.device))
     obj = dual_objective(g.unsqueeze(-3), b.unsqueeze(-2), r.unsqueeze(-1), w)
-    best = torch.where(feasible, obj, torch.full_like(obj, float("inf"))).argmin(-1, keepdim=True)
+    best = torch.where(feasible, obj, float("inf")).argmin(-1, keepdim=True)
     return torch.gather(w, -2, best.unsqueeze(-1).expand(*best.shape, k)).squeeze(-2)
 
 
@@ -194,7 +181,7 @@ def primal_weights(g, r, w, c: float, ridge: torch.Tensor, dtype: torch.dtype) -
         quad(g, w).clamp(min=0.0).unsqueeze(-1) + entry * (norms * w.abs()).sum(-1, keepdim=True).square()
     ).sqrt()
     r_low = (r.square() - c**2 * entry * norms.mean(-1, keepdim=True).square()).clamp(min=0.0).sqrt()
-    dual = 1.0 / k + r_low / torch.where(gw_norm > 0, gw_norm, torch.ones_like(gw_norm)) * w
+    dual = 1.0 / k + r_low / torch.where(gw_norm > 0, gw_norm, 1.0) * w
     mean = torch.full_like(dual, 1.0 / k)
 
     def gains(v, sign=0.0):  # each task's gain (Gv)_i, ± its rounding 4e‖g_i‖ Σ_j ‖g_j‖|v_j|
@@ -204,7 +191,7 @@ def primal_weights(g, r, w, c: float, ridge: torch.Tensor, dtype: torch.dtype) -
 
     out = torch.where(gains(mean) > gains(dual, 1.0), mean, dual)
     if c >= 1.0:  # 0 is in the ball and scores 0
-        out = torch.where(gains(out, -1.0) > 0, out, torch.zeros_like(out))
+        out = torch.where(gains(out, -1.0) > 0, out, 0.0)
     return out
 
 
@@ -212,6 +199,8 @@ class CAGrad(WarmStartSolver, GramianAggregator):
     """Conflict-averse gradient. Options: ``c`` (0.5): the ball's radius over ‖g0‖ (0: the mean).
     ``rescale`` (1): divide d by 1, 1 + c², 1 + c (0, 1, 2; 1 as the reference code).
     ``max_iter`` (100), ``tol`` (1e-10, relative Frank–Wolfe gap), ``warm_start`` (False): the K > 10 solve."""
+
+    _REPR = ("c", "rescale")
 
     def __init__(
         self,
@@ -223,18 +212,14 @@ class CAGrad(WarmStartSolver, GramianAggregator):
         check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
-        check_number("CAGrad", "c", c)
+        self.c = check_number("CAGrad", "c", c)
         check_choice("CAGrad", "rescale", rescale, (0, 1, 2))
-        self.c, self.rescale = float(c), rescale
+        self.rescale = rescale
         self._init_solver("CAGrad", max_iter, tol, warm_start)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        w, w_dual, converged = cagrad_dual_solve(
-            gram, self.c, self.max_iter, self.tol, init=self._start(gram.shape[-1])
-        )
+        init = self._start(gram.shape[-1])
+        w, w_dual, converged = cagrad_dual_solve(gram, self.c, self.max_iter, self.tol, init=init)
         self._count_not_converged(converged)
         self._remember(w_dual)
         return (w / (1.0, 1.0 + self.c**2, 1.0 + self.c)[self.rescale]).to(gram.dtype)
-
-    def __repr__(self) -> str:
-        return f"CAGrad(c={self.c:g}, rescale={self.rescale})"

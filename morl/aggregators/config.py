@@ -8,8 +8,6 @@ UUᵀ = N⁻¹GN⁻¹ (N = diag‖g_i‖) is the equilibrated Gramian, so u = J�
 β = N⁻¹(N⁻¹GN⁻¹)⁺w, and d = Jᵀβ · (1ᵀGβ)/(βᵀGβ): no unit-row [K, D] copy is made.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._preference import PreferenceVector
@@ -21,27 +19,24 @@ def config_weights(gram: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Weights ([..., K], float64) of d for ``gram`` [..., K, K] and preference ``w``."""
     k = gram.shape[-1]
     g = gram.to(torch.float64)
-    g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, torch.zeros_like(g))  # eigh raises on NaN
+    g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, 0.0)  # eigh raises on NaN
     diag = torch.diagonal(g, dim1=-2, dim2=-1)
     nonzero = diag > ZERO_ROW
-    inv_norm = torch.where(nonzero, diag.clamp_min(ZERO_ROW).rsqrt(), torch.zeros_like(diag))
+    inv_norm = torch.where(nonzero, diag.clamp_min(ZERO_ROW).rsqrt(), 0.0)
     units = g * inv_norm.unsqueeze(-1) * inv_norm.unsqueeze(-2)  # UUᵀ, zero rows stay 0
-    a = (
-        torch.linalg.pinv(units, rtol=k * torch.finfo(gram.dtype).eps, hermitian=True) @ w.to(g).unsqueeze(-1)
-    ).squeeze(-1)
-    beta = a * inv_norm
+    pinv = torch.linalg.pinv(units, rtol=k * torch.finfo(gram.dtype).eps, hermitian=True)
+    beta = (pinv @ w.to(g).unsqueeze(-1)).squeeze(-1) * inv_norm
     g_beta = (g @ beta.unsqueeze(-1)).squeeze(-1)
     length2 = (beta * g_beta).sum(-1, keepdim=True)  # ‖Jᵀβ‖²
     ok = length2 > 0
-    return torch.where(
-        ok,
-        beta * g_beta.sum(-1, keepdim=True) / torch.where(ok, length2, torch.ones_like(length2)),
-        torch.zeros_like(beta),
-    )
+    safe = torch.where(ok, length2, 1.0)
+    return torch.where(ok, beta * g_beta.sum(-1, keepdim=True) / safe, 0.0)
 
 
 class ConFIG(PreferenceVector, GramianAggregator):
     """Conflict-free inverse gradients. Option ``pref_vector`` (None: 1 each, as the paper and TorchJD)."""
+
+    _REPR = ("pref_vector",)
 
     def __init__(self, pref_vector=None, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
@@ -49,6 +44,3 @@ class ConFIG(PreferenceVector, GramianAggregator):
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         return config_weights(gram, self._preference(gram.shape[-1], gram, 1.0)).to(gram.dtype)
-
-    def __repr__(self) -> str:
-        return f"ConFIG(pref_vector={self._pref_repr()})"

@@ -14,14 +14,14 @@ class CRMOGM(Aggregator):
     """EMA of a base aggregator's weights; state ``lam`` (λ_{t−1}), ``calls``. Options: ``base`` ("mgda"):
     an aggregator whose direction is ``weights @ grads``; ``base_options`` (None); ``alpha`` (0.9, in [0, 1])."""
 
+    _STATE = ("lam", "calls")
+    _REPR = ("alpha", "base")
+
     def __init__(
         self, base: str = "mgda", base_options: dict | None = None, alpha: float = 0.9, check_finite: str = "raise"
     ) -> None:
         super().__init__(check_finite=check_finite)
-        check_number("CRMOGM", "alpha", alpha)
-        if alpha > 1:
-            raise ValueError(f"CRMOGM option alpha={alpha!r} is not valid; allowed: a number in [0, 1]")
-        self.alpha = float(alpha)
+        self.alpha = check_number("CRMOGM", "alpha", alpha, high=1.0)
         self.base_name = base
         self.base = build_base("CRMOGM", base, base_options)
         if not self.base.direction_is_weighted:
@@ -32,25 +32,14 @@ class CRMOGM(Aggregator):
                 f"CRMOGM option base={base!r} is not valid (its direction is not weights @ grads); allowed: {', '.join(weighted)}"
             )
         self.needs_losses = self.base.needs_losses
-        self.register_buffer("lam", None)
-        self.register_buffer("calls", None)
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        self.base(grads, losses)  # the base's state advances as in a call of it
-        lam_hat = self.base.weights.to(grads.dtype)
+        lam_hat = self.base._step_weights(grads, losses).to(grads.dtype)  # the base's state advances as in a call
         if self.lam is None:
             lam, calls = lam_hat, torch.ones((), dtype=torch.int64, device=grads.device)
-        else:
-            if self.lam.shape != lam_hat.shape:
-                raise ValueError(
-                    f"CRMOGM holds weights for K={self.lam.shape[0]} objectives but got K={grads.shape[0]}; call reset() to start over"
-                )
-            # calls == 0 after a skipped first call (the skip policy put the zeros back): λ_0 = λ̂_1
-            lam = torch.where(self.calls > 0, self.alpha * self.lam.to(lam_hat) + (1.0 - self.alpha) * lam_hat, lam_hat)
-            calls = self.calls + 1
+        else:  # calls == 0 after a skipped first call (the skip policy put the zeros back): λ_0 = λ̂_1
+            ema = self.alpha * self._get("lam", lam_hat) + (1.0 - self.alpha) * lam_hat
+            lam, calls = torch.where(self.calls > 0, ema, lam_hat), self.calls + 1
         self.lam, self.calls = lam.detach(), calls  # d keeps the graph; the state must not
         self.weights = lam
         return lam @ grads
-
-    def __repr__(self) -> str:
-        return f"CRMOGM(alpha={self.alpha:g}, base={self.base!r})"

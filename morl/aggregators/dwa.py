@@ -6,8 +6,6 @@ with t counted in periods of ``every`` calls and each period's mean loss (the pa
 set ``every`` to the batches per epoch, or 0 and call :meth:`end_period`).
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_number
@@ -20,14 +18,13 @@ class DWA(CallCounters, LossWeighting):
     State: ``acc`` (this period's loss sum), ``last``/``before`` (the last two period means)."""
 
     _COUNTED = {"calls": "_calls", "periods": "_periods"}  # extra-state key -> counter (CallCounters)
-
     _STATE = ("acc", "last", "before")
+    _REPR = ("temperature", "every")
 
     def __init__(self, temperature: float = 2.0, every: int = 1, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        check_number("DWA", "temperature", temperature, strict=True)
-        check_number("DWA", "every", every, integer=True)
-        self.temperature, self.every = float(temperature), every
+        self.temperature = check_number("DWA", "temperature", temperature, strict=True)
+        self.every = check_number("DWA", "every", every, integer=True)
         self._calls = self._periods = 0
 
     def loss_weights(self, losses: torch.Tensor) -> torch.Tensor:
@@ -35,7 +32,7 @@ class DWA(CallCounters, LossWeighting):
         if self._periods >= 2:  # plain ints: no device read
             last, before = self._get("last", losses), self._get("before", losses)
             ok = before.abs() > torch.finfo(losses.dtype).tiny
-            ratio = torch.where(ok, last / torch.where(ok, before, torch.ones_like(before)), torch.ones_like(last))
+            ratio = torch.where(ok, last / torch.where(ok, before, 1.0), 1.0)
             w = k * torch.softmax(ratio / self.temperature, dim=0)
         else:
             w = torch.ones_like(losses)
@@ -56,6 +53,3 @@ class DWA(CallCounters, LossWeighting):
         self.acc = torch.zeros_like(self.acc)
         self._calls = 0
         self._periods += 1
-
-    def __repr__(self) -> str:
-        return f"DWA(temperature={self.temperature:g}, every={self.every})"

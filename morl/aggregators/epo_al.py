@@ -7,8 +7,6 @@ arXiv 2504.02833, Algorithm 1), one iteration per call:
 so SGD with lr = μ on d is Algorithm 1 exactly. p starts at 1/K (p itself is not clipped).
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 
 import torch
@@ -29,7 +27,9 @@ class EPOAL(CallCounters, PreferenceVector, Aggregator):
 
     _COUNTED = {"steps": "steps"}  # extra-state key -> counter (CallCounters)
     _PREF = "preference"
+    _STATE = _UNIFORM = ("p",)
     needs_losses = True
+    _REPR = ("preference", "eta", "mu")
 
     def __init__(
         self,
@@ -40,32 +40,19 @@ class EPOAL(CallCounters, PreferenceVector, Aggregator):
     ) -> None:
         super().__init__(check_finite=check_finite)
         self._init_preference(preference, strict=True)
-        check_number("EPOAL", "eta", eta, strict=True)
-        check_number("EPOAL", "mu", mu, strict=True)
-        self.eta, self.mu = float(eta), float(mu)
-        self.register_buffer("p", None)
+        self.eta = check_number("EPOAL", "eta", eta, strict=True)
+        self.mu = check_number("EPOAL", "mu", mu, strict=True)
         self.steps = 0
 
-    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        return torch.full_like(like, 1.0 / like.shape[0]) if name == "p" else super()._initial_state(name, like)
-
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        k = grads.shape[0]
-        r = self._preference(k, grads)
-        if self.p is not None and self.p.shape[0] != k:
-            raise ValueError(
-                f"EPOAL was stepped with K={self.p.shape[0]} objectives, now got K={k}; call reset() first"
-            )
-        p = self._initial_state("p", r) if self.p is None else self.p.to(r)
+        r = self._preference(grads.shape[0], grads)
+        p = self._get("p", r)
         c = fairness_residual(losses, r)
         weights = p.clamp(min=0) + self.eta * c
         self.p = p + self.mu * c
         self.steps += 1
         self.weights = weights.detach()
         return weights @ grads
-
-    def __repr__(self) -> str:
-        return f"EPOAL(preference={self._pref_repr()}, eta={self.eta}, mu={self.mu})"
 
 
 def fairness_residual(losses: torch.Tensor, preference: torch.Tensor) -> torch.Tensor:

@@ -7,8 +7,6 @@ S the running sum of g ⊙ g, Ê⁰ the first call's Ê (or the mean over ``warm
 warm-up the first step uses the unscaled Ê, as the authors' code.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_number
@@ -17,7 +15,6 @@ from morl.aggregators.base import Aggregator
 
 #: the authors' constant under the square root and in the baseline's denominator
 EPS = 1e-7
-STATE = ("sq_sum", "alpha", "baseline", "warmup_sum")
 
 
 class ExcessMTL(CallCounters, Aggregator):
@@ -28,14 +25,14 @@ class ExcessMTL(CallCounters, Aggregator):
     """
 
     _COUNTED = {"calls": "calls"}  # extra-state key -> counter (CallCounters)
+    _STATE = ("sq_sum", "alpha", "baseline", "warmup_sum")
+    _UNIFORM = ("alpha",)
+    _REPR = ("robust_step_size", "warmup")
 
     def __init__(self, robust_step_size: float = 1.0, warmup: int = 0, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        check_number("ExcessMTL", "robust_step_size", robust_step_size, strict=True)
-        check_number("ExcessMTL", "warmup", warmup, integer=True)
-        self.robust_step_size, self.warmup = float(robust_step_size), warmup
-        for name in STATE:
-            self.register_buffer(name, None)
+        self.robust_step_size = check_number("ExcessMTL", "robust_step_size", robust_step_size, strict=True)
+        self.warmup = check_number("ExcessMTL", "warmup", warmup, integer=True)
         self.calls = 0
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
@@ -66,17 +63,12 @@ class ExcessMTL(CallCounters, Aggregator):
 
     def _state(self, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.sq_sum is None:
-            return tuple(self._initial_state(n, g if n == "sq_sum" else g.new_zeros(g.shape[0])) for n in STATE)
+            return tuple(self._initial_state(n, g if n == "sq_sum" else g.new_zeros(g.shape[0])) for n in self._STATE)
         if self.sq_sum.shape != g.shape:
             raise ValueError(
                 f"ExcessMTL holds statistics for gradients of shape {tuple(self.sq_sum.shape)} but got {tuple(g.shape)}; call reset() to start over"
             )
-        return tuple(getattr(self, n) for n in STATE)
+        return tuple(getattr(self, n) for n in self._STATE)
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        if name == "alpha":
-            return torch.full_like(like, 1.0 / like.shape[0])
         return torch.full_like(like, EPS) if name == "sq_sum" else super()._initial_state(name, like)
-
-    def __repr__(self) -> str:
-        return f"ExcessMTL(robust_step_size={self.robust_step_size:g}, warmup={self.warmup})"

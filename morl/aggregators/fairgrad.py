@@ -6,8 +6,6 @@ Solved by Newton's method (:mod:`morl.solvers.alpha_fair`); as the authors' code
 multiplied by K and clipped to ``max_norm``.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_number
@@ -21,6 +19,7 @@ class FairGrad(GramianAggregator):
     (1.0; 0 disables clipping), ``max_iter`` (50 Newton steps), ``tol`` (1e-8)."""
 
     gramian_in_units = True  # w scales as ‖g‖^(−2α/(α+1)): the Gramian in the gradients' units
+    _REPR = ("alpha", "max_norm")
 
     def __init__(
         self,
@@ -31,11 +30,10 @@ class FairGrad(GramianAggregator):
         check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
-        check_number("FairGrad", "alpha", alpha)
-        check_number("FairGrad", "max_norm", max_norm)
-        check_number("FairGrad", "max_iter", max_iter, low=1, integer=True)
-        check_number("FairGrad", "tol", tol, strict=True)
-        self.alpha, self.max_norm, self.max_iter, self.tol = float(alpha), float(max_norm), max_iter, float(tol)
+        self.alpha = check_number("FairGrad", "alpha", alpha)
+        self.max_norm = check_number("FairGrad", "max_norm", max_norm)
+        self.max_iter = check_number("FairGrad", "max_iter", max_iter, low=1, integer=True)
+        self.tol = check_number("FairGrad", "tol", tol, strict=True)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[-1]
@@ -44,8 +42,5 @@ class FairGrad(GramianAggregator):
         else:
             w, converged, stationary = alpha_fair_solve(gram, self.alpha, self.max_iter, self.tol)
             self._count_not_converged(converged)
-            w = torch.where(stationary.unsqueeze(-1), torch.zeros_like(w), w)
+            w = torch.where(stationary.unsqueeze(-1), 0.0, w)
         return clip_weights(gram, k * w, self.max_norm).to(gram.dtype)
-
-    def __repr__(self) -> str:
-        return f"FairGrad(alpha={self.alpha:g}, max_norm={self.max_norm:g})"

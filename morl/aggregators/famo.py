@@ -4,8 +4,6 @@ one Adam step on z ⊙ (δ − zᵀδ), δ_k = log D_k(before) − log D_k(after
 same batch by :meth:`update`, or else the next call's losses.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._adam import adam_step
@@ -23,6 +21,7 @@ class FAMO(LossWeighting):
 
     needs_losses_after_step = True
     _STATE = ("logits", "m", "v", "step", "prev", "pending")
+    _REPR = ("w_lr", "gamma", "min_losses")
 
     def __init__(
         self,
@@ -32,13 +31,10 @@ class FAMO(LossWeighting):
         check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
-        check_number("FAMO", "w_lr", w_lr)
-        check_number("FAMO", "gamma", gamma)
-        per_task = isinstance(min_losses, (list, tuple))
-        for value in min_losses if per_task else [min_losses]:
-            check_number("FAMO", "min_losses", value, low=-float("inf"))
-        self.w_lr, self.gamma = float(w_lr), float(gamma)
-        self.min_losses = tuple(float(v) for v in min_losses) if per_task else float(min_losses)
+        self.w_lr = check_number("FAMO", "w_lr", w_lr)
+        self.gamma = check_number("FAMO", "gamma", gamma)
+        offsets = check_number("FAMO", "min_losses", min_losses, low=-float("inf"), many=True)
+        self.min_losses = offsets if isinstance(min_losses, (list, tuple)) else offsets[0]
         self._offsets: dict = {}
 
     def _gap(self, losses: torch.Tensor) -> torch.Tensor:
@@ -78,6 +74,3 @@ class FAMO(LossWeighting):
         new = adam_step(xi, grad, m, v, step, self.w_lr, self.gamma)
         self.logits, self.m, self.v, self.step = (torch.where(pending, a, b) for a, b in zip(new, (xi, m, v, step)))
         self.pending = torch.zeros((), dtype=torch.bool, device=after.device)
-
-    def __repr__(self) -> str:
-        return f"FAMO(w_lr={self.w_lr:g}, gamma={self.gamma:g}, min_losses={self.min_losses})"

@@ -6,8 +6,6 @@ computed in log space so the product never over/underflows. Losses must be posit
 are floored: :func:`morl.aggregators.loss_weighting.positive`).
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators.loss_weighting import LossWeighting, positive
@@ -19,6 +17,3 @@ class GLS(LossWeighting):
     def loss_weights(self, losses: torch.Tensor) -> torch.Tensor:
         log = torch.log(positive(losses))
         return torch.exp(log.mean() - log) / losses.shape[0]
-
-    def __repr__(self) -> str:
-        return "GLS()"

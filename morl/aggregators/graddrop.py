@@ -4,13 +4,11 @@ coordinate, purity P_c = ½(1 + Σ_k g_kc / Σ_k |g_kc|) and a uniform U_c give 
 d_c = Σ_k (ℓ_k + (1 − ℓ_k) M_kc) g_kc (÷ K for "mean"), unbiased: E_U[d_c] = Σ_k g_kc.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 
 import torch
 
-from morl.aggregators._checks import check_choice
+from morl.aggregators._checks import check_choice, check_number
 from morl.aggregators._preference import on_device
 from morl.aggregators._seeded import SeededDraws
 from morl.aggregators.base import Aggregator
@@ -37,7 +35,7 @@ class GradDrop(SeededDraws, Aggregator):
         super().__init__(check_finite=check_finite)
         self._init_seed("GradDrop", seed)
         check_choice("GradDrop", "reduction", reduction, REDUCTIONS)
-        self.leak = _validate_leak(leak)
+        self.leak = check_number("GradDrop", "leak", leak, high=1.0, many=True)
         self.reduction = reduction
         self._leak_on: dict = {}
 
@@ -72,13 +70,3 @@ class GradDrop(SeededDraws, Aggregator):
     def __repr__(self) -> str:
         leak = self.leak[0] if len(self.leak) == 1 else list(self.leak)
         return f"GradDrop(leak={leak!r}, seed={self.seed}, reduction={self.reduction!r})"
-
-
-def _validate_leak(leak) -> tuple[float, ...]:
-    values = tuple(leak) if isinstance(leak, (list, tuple)) else (leak,)
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
-            raise ValueError(
-                f"GradDrop option leak={leak!r} is not valid; allowed: a number in [0, 1] or K such numbers"
-            )
-    return tuple(float(v) for v in values)

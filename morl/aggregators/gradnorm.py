@@ -9,8 +9,6 @@ Each call returns d = Σ_k w_k g_k with the current w, then takes one Adam step 
 g_k at the last shared layer only: pass those rows, or the full [K, D] matrix.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._adam import adam_step
@@ -24,12 +22,12 @@ class GradNorm(LossWeighting):
 
     needs_grads = True
     _STATE = ("w", "m", "v", "step", "initial", "started")
+    _REPR = ("alpha", "lr")
 
     def __init__(self, alpha: float = 1.5, lr: float = 0.025, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        check_number("GradNorm", "alpha", alpha)
-        check_number("GradNorm", "lr", lr)
-        self.alpha, self.lr = float(alpha), float(lr)
+        self.alpha = check_number("GradNorm", "alpha", alpha)
+        self.lr = check_number("GradNorm", "lr", lr)
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
         return torch.ones_like(like) if name == "w" else torch.zeros_like(like)
@@ -51,7 +49,7 @@ class GradNorm(LossWeighting):
         ratio = torch.where(initial.abs() > tiny, losses / torch.where(initial.abs() > tiny, initial, 1.0), 1.0)
         ratio = ratio.clamp_min(0.0)  # a loss that changed sign: no restoring force (r^α needs r ≥ 0)
         mean = ratio.mean()
-        r = torch.where(mean > tiny, ratio / mean.clamp_min(tiny), torch.ones_like(ratio))
+        r = torch.where(mean > tiny, ratio / mean.clamp_min(tiny), 1.0)
         g = w.abs() * norms
         target = g.mean() * r.pow(self.alpha)
         grad = torch.sign(g - target) * norms  # ∂/∂w_k of Σ|w_k‖g_k‖ − target_k| for w_k ≥ 0
@@ -61,8 +59,5 @@ class GradNorm(LossWeighting):
         new = new.clamp_min(0.0)
         total = new.sum()
         k = w.shape[0]
-        self.w = torch.where(total > 0, k * new / total.clamp_min(tiny), torch.ones_like(new))
+        self.w = torch.where(total > 0, k * new / total.clamp_min(tiny), 1.0)
         self.initial, self.started = initial, torch.ones((), dtype=torch.bool, device=losses.device)
-
-    def __repr__(self) -> str:
-        return f"GradNorm(alpha={self.alpha:g}, lr={self.lr:g})"

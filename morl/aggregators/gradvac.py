@@ -7,12 +7,10 @@ For each task i, in its own random order over j ≠ i, with φ = cos(g_i^PS, g_j
 d = mean_i g_i^PS (or the sum); φ̂⁰ = 0. On the whole gradient (the paper: per layer), on the Gramian.
 """
 
-from __future__ import annotations
-
 import torch
 
-from morl.aggregators._checks import check_choice, check_number
-from morl.aggregators.pcgrad import REDUCTIONS, PCGrad
+from morl.aggregators._checks import check_number
+from morl.aggregators.pcgrad import PCGrad
 
 #: floor on √(1 − φ̂²): a target of ±1 would ask for an infinite correction
 SIN_FLOOR = 1e-8
@@ -25,20 +23,17 @@ class GradVac(PCGrad):
     TorchJD), ``reduction`` "mean" (default) or "sum" (the paper, TorchJD, LibMTL).
     """
 
+    _STATE = ("targets",)  # φ̂^(0) = 0 (Algorithm 1)
+    _REPR = ("beta", "seed", "reduction")
+
     def __init__(self, beta: float = 0.01, seed: int = 0, reduction: str = "mean", check_finite: str = "raise") -> None:
-        check_number("GradVac", "beta", beta)
-        if beta > 1:
-            raise ValueError(f"GradVac option beta={beta!r} is not valid; allowed: a number in [0, 1]")
-        check_number("GradVac", "seed", seed, integer=True)
-        check_choice("GradVac", "reduction", reduction, REDUCTIONS)
         super().__init__(seed=seed, reduction=reduction, check_finite=check_finite)
-        self.beta = float(beta)
-        self.register_buffer("targets", None)
+        self.beta = check_number("GradVac", "beta", beta, high=1.0)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[0]
         gram = gram.to(torch.float64)
-        targets = self._current_targets(k, gram)
+        targets = self._get("targets", gram)
         orders = self._draw_orders(k, gram.device)
         coef = torch.eye(k, dtype=gram.dtype, device=gram.device)  # row i: g_i^PS in the g basis
         rows = torch.arange(k, device=gram.device)
@@ -65,20 +60,8 @@ class GradVac(PCGrad):
         w = coef.sum(0)
         return w / k if self.reduction == "mean" else w
 
-    def _current_targets(self, k: int, like: torch.Tensor) -> torch.Tensor:
-        if self.targets is None:
-            return torch.zeros(k, k, dtype=like.dtype, device=like.device)  # φ̂^(0) = 0 (Algorithm 1)
-        if self.targets.shape != (k, k):
-            raise ValueError(
-                f"GradVac holds targets for K={self.targets.shape[0]} tasks but got K={k}; call reset() to start over"
-            )
-        return self.targets.to(like)
-
     def _draw_orders(self, k: int, device: torch.device) -> torch.Tensor:
         """[K, K − 1]: row i a random order of the tasks j ≠ i, one ``randperm(K − 1)`` each (TorchJD's)."""
         gen = self._generator_for(device)
         perms = torch.stack([torch.randperm(k - 1, generator=gen, device=device) for _ in range(k)])
         return perms + (perms >= torch.arange(k, device=device).unsqueeze(1)).to(perms.dtype)
-
-    def __repr__(self) -> str:
-        return f"GradVac(beta={self.beta:g}, seed={self.seed}, reduction={self.reduction!r})"

@@ -3,8 +3,6 @@ combination d = Σ_k α_k g_k, Σ α = 1, with equal projections onto every unit
 Gramian form (TorchJD's IMTLG; Quinton & Rey, arXiv 2406.16232)  α = G⁺n / 1ᵀG⁺n, n_k = ‖g_k‖.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators.base import GramianAggregator
@@ -18,12 +16,12 @@ def imtl_g_weights(gram: torch.Tensor) -> torch.Tensor:
     k = gram.shape[-1]
     eps = torch.finfo(gram.dtype).eps
     g = gram.to(torch.float64)
-    g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, torch.zeros_like(g))  # eigh raises on NaN
+    g = torch.where(torch.isfinite(g).all((-2, -1), keepdim=True), g, 0.0)  # eigh raises on NaN
     norms = torch.diagonal(g, dim1=-2, dim2=-1).clamp_min(0).sqrt()
     v = (torch.linalg.pinv(g, rtol=k * eps, hermitian=True) @ norms.unsqueeze(-1)).squeeze(-1)
     total = v.sum(-1, keepdim=True)
     ok = total.abs() > max(SUM_GUARD, k * eps) * v.abs().sum(-1, keepdim=True)
-    return torch.where(ok, v / torch.where(ok, total, torch.ones_like(total)), torch.zeros_like(v))
+    return torch.where(ok, v / torch.where(ok, total, 1.0), 0.0)
 
 
 class IMTLG(GramianAggregator):
@@ -31,6 +29,3 @@ class IMTLG(GramianAggregator):
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         return imtl_g_weights(gram).to(gram.dtype)
-
-    def __repr__(self) -> str:
-        return "IMTLG()"

@@ -7,8 +7,6 @@ and return the row of least score (Multi-Krum: the mean of the m best). Distance
 Gramian. The resilience proof needs K > 2f + 2 (Proposition 1), enforced for f ≥ 1.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_choice, check_number
@@ -24,12 +22,14 @@ class Krum(GramianAggregator):
     ``score`` "squared" (the paper) or "distance" (TorchJD's ``Krum``).
     """
 
+    _REPR = ("n_byzantine", "m", "score")
+
     def __init__(self, n_byzantine: int = 0, m: int = 1, score: str = "squared", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        check_number("Krum", "n_byzantine", n_byzantine, integer=True)
-        check_number("Krum", "m", m, low=1, integer=True)
+        self.n_byzantine = check_number("Krum", "n_byzantine", n_byzantine, integer=True)
+        self.m = check_number("Krum", "m", m, low=1, integer=True)
         check_choice("Krum", "score", score, SCORES)
-        self.n_byzantine, self.m, self.score = n_byzantine, m, score
+        self.score = score
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k, f = gram.shape[0], self.n_byzantine
@@ -52,6 +52,3 @@ class Krum(GramianAggregator):
         scores = torch.sort(dist, dim=1).values[:, :near].sum(1)
         best = torch.sort(scores, stable=True).indices[: self.m]
         return torch.zeros(k, dtype=g.dtype, device=g.device).index_fill(0, best, 1.0 / self.m)
-
-    def __repr__(self) -> str:
-        return f"Krum(n_byzantine={self.n_byzantine}, m={self.m}, score={self.score!r})"

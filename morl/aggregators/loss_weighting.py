@@ -4,8 +4,6 @@
 parameters are stepped inside each call by their own optimizer, as the authors' code does.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators.base import Aggregator
@@ -17,12 +15,6 @@ class LossWeighting(Aggregator):
 
     needs_losses = True
     needs_grads = False
-    _STATE: tuple[str, ...] = ()
-
-    def __init__(self, check_finite: str = "raise") -> None:
-        super().__init__(check_finite=check_finite)
-        for name in self._STATE:
-            self.register_buffer(name, None)
 
     def loss_weights(self, losses: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -42,18 +34,6 @@ class LossWeighting(Aggregator):
         eye = torch.eye(losses.shape[0], dtype=losses.dtype, device=losses.device)
         w = self(eye, losses.detach())
         return (w.detach() * losses).sum()
-
-    def _get(self, name: str, like: torch.Tensor) -> torch.Tensor:
-        """Buffer ``name`` (initial state before the first call) in ``like``'s dtype and device."""
-        value = getattr(self, name)
-        if value is None:
-            return self._initial_state(name, like)
-        if value.shape != like.shape:
-            raise ValueError(
-                f"{type(self).__name__}: state {name!r} has shape {tuple(value.shape)} but this call needs "
-                f"{tuple(like.shape)} (K changed?); call reset() first"
-            )
-        return value.to(device=like.device, dtype=like.dtype)
 
     def _flag(self, name: str, losses: torch.Tensor) -> torch.Tensor:
         """A 0-d bool buffer (False before the first call) on the losses' device."""

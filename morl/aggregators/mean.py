@@ -10,6 +10,7 @@ class Mean(Aggregator):
     """d = (1/K) Σ_k g_k (``reduction="mean"``, default) or Σ_k g_k (``"sum"``): the gradient of :meth:`weighted_loss`."""
 
     needs_grads = False
+    _REPR = ("reduction",)
 
     def __init__(self, reduction: str = "mean", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
@@ -26,6 +27,3 @@ class Mean(Aggregator):
 
     def _set_weights(self, like: torch.Tensor) -> None:
         self.weights = like.new_full(like.shape[:1], 1.0 / like.shape[0] if self.reduction == "mean" else 1.0)
-
-    def __repr__(self) -> str:
-        return f"Mean(reduction={self.reduction!r})"

@@ -14,6 +14,8 @@ class MGDA(WarmStartSolver, GramianAggregator):
     """Min-norm weights on the Gramian (:mod:`morl.solvers.min_norm`). Options: ``max_iter`` (100) Wolfe
     rounds; ``tol`` (1e-8) on g_k·d ≥ ‖d‖², relative to ‖g_k‖‖d‖; ``warm_start`` (False)."""
 
+    _REPR = ("max_iter", "tol")
+
     def __init__(
         self, max_iter: int = 100, tol: float = 1e-8, warm_start: bool = False, check_finite: str = "raise"
     ) -> None:
@@ -27,6 +29,3 @@ class MGDA(WarmStartSolver, GramianAggregator):
         self._count_not_converged(converged)
         self._remember(w)
         return w
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(max_iter={self.max_iter}, tol={self.tol:g})"

@@ -14,6 +14,7 @@ import torch
 
 from morl.aggregators._checks import build_base, check_choice, check_number
 from morl.aggregators._counters import CallCounters
+from morl.aggregators._preference import on_device
 from morl.aggregators.base import Aggregator
 from morl.solvers.gramian import gram_scale
 from morl.solvers.min_norm import min_norm_solve
@@ -74,6 +75,8 @@ class MoCo(CallCounters, Aggregator):
     """
 
     _COUNTED = {"k": "k"}
+    _STATE = ("y", "lam")
+    _UNIFORM = ("lam",)  # what a skipped first call leaves
     direction_is_weighted = False  # d is λ·Y, not weights @ grads
 
     def __init__(  # None: from the preset, else DEFAULTS
@@ -114,10 +117,7 @@ class MoCo(CallCounters, Aggregator):
         self.preset = preset
         for key, value in self.options.items():
             setattr(self, key, value)
-        radii = () if y_radius is None else (y_radius,) if isinstance(y_radius, (int, float)) else tuple(y_radius)
-        for v in radii:
-            check_number("MoCo", "y_radius", v, strict=True)
-        self.y_radius = None if y_radius is None else tuple(float(v) for v in radii)
+        self.y_radius = None if y_radius is None else check_number("MoCo", "y_radius", y_radius, strict=True, many=True)
         if base is None and base_options:
             raise ValueError("MoCo option base_options needs base=<aggregator name>")
         self.base_name = base
@@ -125,9 +125,7 @@ class MoCo(CallCounters, Aggregator):
         self.needs_losses = self.grad_norm in ("loss", "l2_loss") or bool(
             self.base is not None and self.base.needs_losses
         )
-        self.register_buffer("y", None)
-        self.register_buffer("lam", None)
-        self.k = 0
+        self.k, self._radii_on = 0, {}
 
     def step_sizes(self) -> tuple[float, float]:
         """(β_k, γ_k) for the current counter, as Python floats (no device traffic)."""
@@ -141,9 +139,6 @@ class MoCo(CallCounters, Aggregator):
         if self.schedule != "epoch":
             raise ValueError('MoCo.next_epoch() needs schedule="epoch"; with schedule="call" every call advances k')
         self.k += 1
-
-    def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:  # what a skipped first call leaves
-        return torch.full_like(like, 1.0 / like.shape[0]) if name == "lam" else super()._initial_state(name, like)
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         g = grads
@@ -184,20 +179,14 @@ class MoCo(CallCounters, Aggregator):
 
     def _radius_on(self, like: torch.Tensor) -> torch.Tensor:
         """The radii as a [K or 1, 1] tensor, made once per device and dtype (no copy per call)."""
-        key = (like.device, like.dtype)
-        if getattr(self, "_radius_cache", (None, None))[0] != key:
-            self._radius_cache = (
-                key,
-                torch.as_tensor(self.y_radius, dtype=like.dtype, device=like.device).reshape(-1, 1),
-            )
-        return self._radius_cache[1]
+        return on_device(self._radii_on, [[r] for r in self.y_radius], like)
 
     def _ensure_state(self, g: torch.Tensor) -> None:
         k = g.shape[0]
         if self.y is None:
             if self.y_radius is not None and len(self.y_radius) not in (1, k):
                 raise ValueError(f"MoCo option y_radius has {len(self.y_radius)} radii; allowed: 1 or K={k}")
-            self.y, self.lam = torch.zeros_like(g), torch.full((k,), 1.0 / k, dtype=g.dtype, device=g.device)
+            self.y, self.lam = torch.zeros_like(g), self._initial_state("lam", g[:, 0])
         elif (self.y.shape, self.y.dtype, self.y.device) != (g.shape, g.dtype, g.device):
             raise ValueError(
                 f"MoCo holds tracked gradients of shape {tuple(self.y.shape)} ({self.y.dtype}, {self.y.device}) "

@@ -3,8 +3,6 @@ MGDA's ρ-regularised weights with double sampling, λ ← Π_Δ(λ − γ (J₁
 λ⁰ = 1/K. The step is on the raw product (as the authors' code): γ must suit the gradients' scale.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_number
@@ -19,16 +17,16 @@ class MoDo(DoubleSampling, Aggregator):
     and d is taken on ½(J₁ + J₂), half the authors' d)."""
 
     _WEIGHTS = "lam"
+    _STATE = _UNIFORM = ("lam",)
+    _REPR = ("gamma", "rho", "double_sampling")
 
     def __init__(
         self, gamma: float = 0.1, rho: float = 0.1, double_sampling: bool = False, check_finite: str = "raise"
     ) -> None:
         super().__init__(check_finite=check_finite)
-        check_number("MoDo", "gamma", gamma, strict=True)
-        check_number("MoDo", "rho", rho)
+        self.gamma = check_number("MoDo", "gamma", gamma, strict=True)
+        self.rho = check_number("MoDo", "rho", rho)
         self._init_sampling(double_sampling)
-        self.gamma, self.rho = float(gamma), float(rho)
-        self.register_buffer("lam", None)
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         a = self._cross_gramian(grads)  # float64: γAλ can be ~1e24 at large gradient scales
@@ -36,6 +34,3 @@ class MoDo(DoubleSampling, Aggregator):
         self.lam = project_simplex(lam - self.gamma * (a @ lam + self.rho * lam)).to(grads.dtype)
         self.weights = self.lam
         return self._direction(self.lam, grads)
-
-    def __repr__(self) -> str:
-        return f"MoDo(gamma={self.gamma:g}, rho={self.rho:g}, double_sampling={self.double_sampling})"

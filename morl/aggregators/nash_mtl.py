@@ -4,8 +4,6 @@ Newton's method (:mod:`morl.solvers.alpha_fair`). As the authors' code, ‖d‖ 
 ``max_norm`` and α reused for ``update_weights_every`` calls and warm-started.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_number
@@ -29,8 +27,9 @@ class NashMTL(CallCounters, GramianAggregator):
     State: ``alpha`` (the last α, unclipped)."""
 
     _COUNTED = {"step": "_step"}  # extra-state key -> counter (CallCounters)
-
+    _STATE = ("alpha",)
     gramian_in_units = True  # α ~ 1/‖g‖: the Gramian in the gradients' units
+    _REPR = ("max_norm", "update_weights_every")
 
     def __init__(
         self,
@@ -41,14 +40,13 @@ class NashMTL(CallCounters, GramianAggregator):
         check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
-        check_number("NashMTL", "max_norm", max_norm)
-        check_number("NashMTL", "update_weights_every", update_weights_every, low=1, integer=True)
-        check_number("NashMTL", "max_iter", max_iter, low=1, integer=True)
-        check_number("NashMTL", "tol", tol, strict=True)
-        self.max_norm, self.max_iter, self.tol = float(max_norm), max_iter, float(tol)
-        self.update_weights_every = update_weights_every
+        self.max_norm = check_number("NashMTL", "max_norm", max_norm)
+        self.update_weights_every = check_number(
+            "NashMTL", "update_weights_every", update_weights_every, low=1, integer=True
+        )
+        self.max_iter = check_number("NashMTL", "max_iter", max_iter, low=1, integer=True)
+        self.tol = check_number("NashMTL", "tol", tol, strict=True)
         self._step = 0
-        self.register_buffer("alpha", None)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[-1]
@@ -58,10 +56,7 @@ class NashMTL(CallCounters, GramianAggregator):
         else:
             alpha, converged, stationary = alpha_fair_solve(gram, 1.0, self.max_iter, self.tol, init=prev)
             self._count_not_converged(converged)
-            alpha = torch.where(stationary.unsqueeze(-1), torch.zeros_like(alpha), alpha)
+            alpha = torch.where(stationary.unsqueeze(-1), 0.0, alpha)
             self.alpha = alpha.to(gram.dtype)
         self._step += 1
         return clip_weights(gram, alpha, self.max_norm).to(gram.dtype)
-
-    def __repr__(self) -> str:
-        return f"NashMTL(max_norm={self.max_norm:g}, update_weights_every={self.update_weights_every})"

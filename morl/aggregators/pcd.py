@@ -5,8 +5,6 @@ bias-corrected moving average (decay β) of ‖g_i‖²; d = d̃ rescaled to ‖
 TorchJD: g₁ = 0 gives d = 0; constraints no d meets together are dropped (d = g₁).
 """
 
-from __future__ import annotations
-
 import warnings
 
 import torch
@@ -24,7 +22,9 @@ class PCD(GramianAggregator):
     """PCD. Options: ``tau`` (0.02, or K − 1 values in [0, 1]), ``beta`` (0.999), ``eps`` (1e-8),
     ``max_iter`` (None: 3K + 10 active-set steps). State: ``sq_norm_ema`` [K] and ``steps``."""
 
+    _STATE = ("sq_norm_ema", "steps")
     gramian_in_units = True  # the moving average is of ‖g_k‖² in the gradients' units
+    _REPR = ("tau", "beta", "eps")
 
     def __init__(
         self,
@@ -35,19 +35,11 @@ class PCD(GramianAggregator):
         check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
-        taus = list(tau) if isinstance(tau, (list, tuple)) else [tau]
-        for value in taus:
-            if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0):
-                raise ValueError(f"PCD option tau={tau!r} is not valid; allowed: a number in [0, 1] or a list of them")
-        if not (isinstance(beta, (int, float)) and not isinstance(beta, bool) and 0.0 <= beta < 1.0):
-            raise ValueError(f"PCD option beta={beta!r} is not valid; allowed: a number in [0, 1)")
-        check_number("PCD", "eps", eps)
-        if max_iter is not None:
-            check_number("PCD", "max_iter", max_iter, low=1, integer=True)
-        self.tau = [float(v) for v in tau] if isinstance(tau, (list, tuple)) else float(tau)
-        self.beta, self.eps, self.max_iter = float(beta), float(eps), max_iter
-        self.register_buffer("sq_norm_ema", None)
-        self.register_buffer("steps", None)
+        taus = check_number("PCD", "tau", tau, high=1.0, many=True)
+        self.tau = list(taus) if isinstance(tau, (list, tuple)) else taus[0]
+        self.beta = check_number("PCD", "beta", beta, high=1.0, below=True)
+        self.eps = check_number("PCD", "eps", eps)
+        self.max_iter = None if max_iter is None else check_number("PCD", "max_iter", max_iter, low=1, integer=True)
         self._tau_on: dict = {}
         self._warned_slow = False
 
@@ -94,19 +86,8 @@ class PCD(GramianAggregator):
 
     def _update_scales(self, sq_norms: torch.Tensor) -> torch.Tensor:
         """s = 1/sqrt(v̂ + ε) after this call's ‖g_i‖² enters the average (0 where v̂ + ε = 0)."""
-        ema, steps = self.sq_norm_ema, self.steps
-        if ema is None:
-            ema = torch.zeros_like(sq_norms)
-            steps = torch.zeros((), dtype=torch.int64, device=sq_norms.device)
-        elif ema.shape != sq_norms.shape:
-            raise ValueError(
-                f"PCD holds averages for {ema.shape[0]} objectives but got {sq_norms.shape[0]}; call reset() to start over"
-            )
-        ema = self.beta * ema.to(sq_norms) + (1.0 - self.beta) * sq_norms
-        steps = steps + 1
+        ema = self.beta * self._get("sq_norm_ema", sq_norms) + (1.0 - self.beta) * sq_norms
+        steps = torch.ones((), dtype=torch.int64, device=ema.device) if self.steps is None else self.steps + 1
         denominators = torch.sqrt(ema / (1.0 - torch.pow(self.beta, steps.to(torch.float64))) + self.eps)
         self.sq_norm_ema, self.steps = ema, steps
         return torch.where(denominators > 0, 1.0 / denominators, 0.0)
-
-    def __repr__(self) -> str:
-        return f"PCD(tau={self.tau!r}, beta={self.beta:g}, eps={self.eps:g})"

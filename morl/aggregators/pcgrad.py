@@ -6,8 +6,6 @@ random order over the tasks j ≠ i (g_j the original gradients),
 Every g_i^PC = Σ_k C_ik g_k, so it runs on the K×K Gramian, all tasks at once.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_choice
@@ -22,10 +20,12 @@ class PCGrad(SeededDraws, GramianAggregator):
     ``randperm(K)`` per task and call, as TorchJD), ``reduction`` "mean" (default) or "sum"
     (the paper's Algorithm 1)."""
 
+    _REPR = ("seed", "reduction")
+
     def __init__(self, seed: int = 0, reduction: str = "mean", check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        self._init_seed("PCGrad", seed)
-        check_choice("PCGrad", "reduction", reduction, REDUCTIONS)
+        self._init_seed(type(self).__name__, seed)
+        check_choice(type(self).__name__, "reduction", reduction, REDUCTIONS)
         self.reduction = reduction
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
@@ -47,6 +47,3 @@ class PCGrad(SeededDraws, GramianAggregator):
         """[K, K]: row i is task i's order over all K tasks (itself included, and skipped)."""
         gen = self._generator_for(device)
         return torch.stack([torch.randperm(k, generator=gen, device=device) for _ in range(k)])
-
-    def __repr__(self) -> str:
-        return f"PCGrad(seed={self.seed}, reduction={self.reduction!r})"

@@ -4,8 +4,6 @@ draws: uniform and Dirichlet (through the same softmax), Bernoulli(½) (all-zero
 "constrained Bernoulli" (one task, weight 1).
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_choice
@@ -40,6 +38,7 @@ class RLW(SeededDraws, LossWeighting):
     :data:`DISTRIBUTIONS`), ``seed`` (0)."""
 
     needs_losses = False
+    _REPR = ("distribution", "seed")
 
     def __init__(self, distribution: str = "normal", seed: int = 0, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
@@ -53,6 +52,3 @@ class RLW(SeededDraws, LossWeighting):
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         self.weights = self.loss_weights(grads)  # no losses needed: drawn like the gradients
         return self.weights @ grads
-
-    def __repr__(self) -> str:
-        return f"RLW(distribution={self.distribution!r}, seed={self.seed})"

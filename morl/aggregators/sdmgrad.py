@@ -4,8 +4,6 @@ steps w ← Π_Δ(w − η A (w + λ/K)), A = J₁J₂ᵀ. As the authors' code:
 with momentum restarted per call, w warm-started across calls.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_number
@@ -30,13 +28,16 @@ def sdmgrad_steps(
 def normalise(a: torch.Tensor) -> torch.Tensor:
     """A / s², s = mean_k sqrt(A_kk) (1 if 0); no absolute guard (the authors' 1e-4 freezes w)."""
     s2 = torch.diagonal(a).clamp_min(0.0).sqrt().mean().square()
-    return a / torch.where(s2 > torch.finfo(a.dtype).tiny, s2, torch.ones_like(s2))
+    return a / torch.where(s2 > torch.finfo(a.dtype).tiny, s2, 1.0)
 
 
 class SDMGrad(DoubleSampling, Aggregator):
     """SDMGrad; the simplex weights ``w`` are a buffer, ``weights`` = (w + λ/K)/(1 + λ).
     Options: ``lam`` λ (0.3, the authors' experiments), ``lr`` η (10), ``momentum`` (0.5),
     ``n_steps`` (20), ``double_sampling`` (False)."""
+
+    _STATE = _UNIFORM = ("w",)
+    _REPR = ("lam", "lr", "momentum", "n_steps")
 
     def __init__(
         self,
@@ -48,15 +49,11 @@ class SDMGrad(DoubleSampling, Aggregator):
         check_finite: str = "raise",
     ) -> None:
         super().__init__(check_finite=check_finite)
-        check_number("SDMGrad", "lam", lam)
-        check_number("SDMGrad", "lr", lr, strict=True)
-        check_number("SDMGrad", "momentum", momentum)
-        if momentum >= 1:
-            raise ValueError(f"SDMGrad option momentum={momentum!r} is not valid; allowed: a number in [0, 1)")
-        check_number("SDMGrad", "n_steps", n_steps, low=1, integer=True)
+        self.lam = check_number("SDMGrad", "lam", lam)
+        self.lr = check_number("SDMGrad", "lr", lr, strict=True)
+        self.momentum = check_number("SDMGrad", "momentum", momentum, high=1.0, below=True)
+        self.n_steps = check_number("SDMGrad", "n_steps", n_steps, low=1, integer=True)
         self._init_sampling(double_sampling)
-        self.lam, self.lr, self.momentum, self.n_steps = float(lam), float(lr), float(momentum), n_steps
-        self.register_buffer("w", None)
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         a = normalise(self._cross_gramian(grads))
@@ -64,6 +61,3 @@ class SDMGrad(DoubleSampling, Aggregator):
         self.w = w.to(grads.dtype)
         self.weights = ((w + self.lam / a.shape[0]) / (1.0 + self.lam)).to(grads.dtype)
         return self._direction(self.weights, grads)
-
-    def __repr__(self) -> str:
-        return f"SDMGrad(lam={self.lam:g}, lr={self.lr:g}, momentum={self.momentum:g}, n_steps={self.n_steps})"

@@ -8,8 +8,6 @@ f_k = log(L_k / n_k), z = 0, times K, so w = K softmax(f/μ)_k / L_k, n the mean
 z = the running minimum of the losses; "zero": f = L, z = 0.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_choice, check_number
@@ -23,13 +21,13 @@ class STCH(LossWeighting):
     calls). State: ``acc`` and ``seen`` (warm-up sum and count), ``nadir``, ``low`` ("min")."""
 
     _STATE = ("acc", "seen", "nadir", "low")
+    _REPR = ("mu", "ideal", "warmup")
 
     def __init__(self, mu: float = 1.0, ideal: str = "nadir", warmup: int = 0, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        check_number("STCH", "mu", mu, strict=True)
+        self.mu = check_number("STCH", "mu", mu, strict=True)
         check_choice("STCH", "ideal", ideal, IDEALS)
-        check_number("STCH", "warmup", warmup, integer=True)
-        self.mu, self.ideal, self.warmup = float(mu), ideal, warmup
+        self.ideal, self.warmup = ideal, check_number("STCH", "warmup", warmup, integer=True)
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
         if name == "low":
@@ -50,6 +48,3 @@ class STCH(LossWeighting):
         floored = positive(losses)
         stch = losses.shape[0] * torch.softmax(torch.log(floored / self.nadir) / self.mu, dim=0) / floored
         return torch.where(warming, 1.0 / floored, stch)
-
-    def __repr__(self) -> str:
-        return f"STCH(mu={self.mu:g}, ideal={self.ideal!r}, warmup={self.warmup})"

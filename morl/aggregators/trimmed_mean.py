@@ -2,8 +2,6 @@
 coordinate, drop the ``trim`` largest and ``trim`` smallest of g_1c..g_Kc and average the rest.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_number
@@ -15,11 +13,11 @@ class TrimmedMean(Aggregator):
     TorchJD's ``trim_number``). ``weights`` are a summary: row k's share of the kept entries."""
 
     direction_is_weighted = False  # each coordinate keeps other rows
+    _REPR = ("trim",)
 
     def __init__(self, trim: int = 0, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        check_number("TrimmedMean", "trim", trim, integer=True)
-        self.trim = trim
+        self.trim = check_number("TrimmedMean", "trim", trim, integer=True)
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
         k, d = grads.shape
@@ -35,6 +33,3 @@ class TrimmedMean(Aggregator):
         count = torch.zeros(k, dtype=grads.dtype, device=grads.device).index_add(0, kept, ones)
         self.weights = count / max(d * (k - 2 * t), 1)
         return values[t : k - t].mean(0)
-
-    def __repr__(self) -> str:
-        return f"TrimmedMean(trim={self.trim})"

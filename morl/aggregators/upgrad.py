@@ -3,8 +3,6 @@ eq. 5 and Proposition 1): project each gradient onto the dual cone of all of the
 d = Σ_i p_i π_J(g_i) = Jᵀ Σ_i v_i, v_i = argmin_{v ≥ p_i e_i} vᵀGv (:mod:`morl.solvers.dual_cone`).
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._checks import check_number
@@ -21,6 +19,8 @@ class UPGrad(PreferenceVector, GramianAggregator):
     ``tol`` (1e-10, the relative multiplier below which an active row is freed).
     """
 
+    _REPR = ("pref_vector", "reg_eps")
+
     def __init__(
         self,
         pref_vector=None,
@@ -32,20 +32,21 @@ class UPGrad(PreferenceVector, GramianAggregator):
         super().__init__(check_finite=check_finite)
         name = type(self).__name__
         self._init_preference(pref_vector)
-        check_number(name, "reg_eps", reg_eps)
-        check_number(name, "max_iter", max_iter, low=1, integer=True)
-        check_number(name, "tol", tol)
-        self.reg_eps, self.max_iter, self.tol = float(reg_eps), max_iter, float(tol)
+        self.reg_eps = check_number(name, "reg_eps", reg_eps)
+        self.max_iter = check_number(name, "max_iter", max_iter, low=1, integer=True)
+        self.tol = check_number(name, "tol", tol)
         self._warned_slow = False
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
         k = gram.shape[-1]
-        self._warned_slow = self._warned_slow or warn_if_slow("UPGrad", k, k)
-        u = torch.diag_embed(self._preference(k, gram))  # row i: p_i e_i
+        u = self._lower_bounds(self._preference(k, gram))
+        self._warned_slow = self._warned_slow or warn_if_slow(type(self).__name__, k, u.shape[-2])
         v, converged = project_to_dual_cone(with_trace_ridge(gram, self.reg_eps), u, self.max_iter, self.tol)
         if k > EXACT_MAX_K:
             self._count_not_converged(converged.all(-1))
         return v.sum(-2).to(gram.dtype)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(pref_vector={self._pref_repr()}, reg_eps={self.reg_eps:g})"
+    @staticmethod
+    def _lower_bounds(p: torch.Tensor) -> torch.Tensor:
+        """The rows u of the projections argmin_{v ≥ u} vᵀGv: p_i e_i, one per gradient."""
+        return torch.diag_embed(p)

@@ -6,8 +6,6 @@ Gaussian-likelihood form for every task (LibMTL, the FAMO authors' baseline), s_
 s takes one Adam step per call after the weights are taken, as the FAMO authors' MT10 baseline.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.aggregators._adam import adam_step
@@ -20,12 +18,12 @@ class UW(LossWeighting):
     State: ``log_var``, Adam's ``m``, ``v``, ``step``."""
 
     _STATE = ("log_var", "m", "v", "step")
+    _REPR = ("lr", "init_log_var")
 
     def __init__(self, lr: float = 0.025, init_log_var: float = 0.0, check_finite: str = "raise") -> None:
         super().__init__(check_finite=check_finite)
-        check_number("UW", "lr", lr)
-        check_number("UW", "init_log_var", init_log_var, low=-float("inf"))
-        self.lr, self.init_log_var = float(lr), float(init_log_var)
+        self.lr = check_number("UW", "lr", lr)
+        self.init_log_var = check_number("UW", "init_log_var", init_log_var, low=-float("inf"))
 
     def _initial_state(self, name: str, like: torch.Tensor) -> torch.Tensor:
         return torch.full_like(like, self.init_log_var) if name == "log_var" else torch.zeros_like(like)
@@ -39,6 +37,3 @@ class UW(LossWeighting):
         )
         self.log_var = s
         return w
-
-    def __repr__(self) -> str:
-        return f"UW(lr={self.lr:g}, init_log_var={self.init_log_var:g})"

@@ -8,8 +8,6 @@ fixed step lengths. A solution exists iff the point is not Pareto stationary; a 
 half of some row's condition (ρ G_ii w_i ≥ ½ w_i^(−1/a)) the point is reported stationary (d = 0).
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.host_reads import reads_are_free
@@ -50,9 +48,9 @@ def _newton_step(gram_r: torch.Tensor, w: torch.Tensor, a: float, steps: torch.T
     quad = (step * (gram_r @ step.unsqueeze(-1)).squeeze(-1)).sum(-1, keepdim=True)
     y = s * (step / w)
     feasible = (y > -1).all(-1, keepdim=True)
-    rest = _h_increment(w, torch.where(y > -1, y, torch.zeros_like(y)), a).sum(-1, keepdim=True)
+    rest = _h_increment(w, torch.where(y > -1, y, 0.0), a).sum(-1, keepdim=True)
     change = s * lin + 0.5 * s * s * quad - rest
-    change = torch.where(feasible & torch.isfinite(change), change, torch.full_like(change, float("inf")))
+    change = torch.where(feasible & torch.isfinite(change), change, float("inf"))
     best = change.argmin(0, keepdim=True)  # [1, ..., 1]
     return w + torch.gather(s.expand_as(change), 0, best).squeeze(0) * step
 
@@ -70,7 +68,7 @@ def alpha_fair_solve(
     scale = gram_scale(g)
     g = g / scale
     diag = torch.diagonal(g, dim1=-2, dim2=-1)
-    ridge = ridge_for(gram.dtype) * torch.where(diag > ZERO_ROW, diag, torch.ones_like(diag))  # zero rows: ρ·(max diag)
+    ridge = ridge_for(gram.dtype) * torch.where(diag > ZERO_ROW, diag, 1.0)  # zero rows: ρ·(max diag)
     gram_r = g + torch.diag_embed(ridge)
     w = torch.diagonal(gram_r, dim1=-2, dim2=-1).rsqrt()  # exact for orthogonal rows (a = 1)
     if init is not None:

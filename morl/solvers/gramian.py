@@ -11,7 +11,7 @@ def gramian(grads: torch.Tensor) -> torch.Tensor:
 def gram_scale(gram: torch.Tensor) -> torch.Tensor:
     """Largest diagonal entry ``[..., 1, 1]`` (1 where 0 or tiny): the simplex problems are homogeneous in G."""
     s = torch.diagonal(gram, dim1=-2, dim2=-1).amax(dim=-1, keepdim=True).unsqueeze(-1)
-    return torch.where(s > torch.finfo(gram.dtype).tiny ** 0.5, s, torch.ones_like(s))
+    return torch.where(s > torch.finfo(gram.dtype).tiny ** 0.5, s, 1.0)
 
 
 def normalized_gramian(
@@ -27,7 +27,7 @@ def definite_ridge(gram: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``2δ`` [..., 1, 1], δ = max(−λ_min(D⁻¹GD⁻¹), ε/16) (D² = diag G, ε of ``dtype``): G + 2δD² is
     positive definite where a singular G rounded to ``dtype`` is indefinite."""
     diag = torch.diagonal(gram, dim1=-2, dim2=-1)
-    d = torch.where(diag > 0, diag, torch.ones_like(diag)).sqrt()
+    d = torch.where(diag > 0, diag, 1.0).sqrt()
     unit = gram / (d.unsqueeze(-1) * d.unsqueeze(-2))
-    unit = torch.where(torch.isfinite(unit), unit, torch.zeros_like(unit))
+    unit = torch.where(torch.isfinite(unit), unit, 0.0)
     return 2 * (-torch.linalg.eigvalsh(unit)[..., :1].unsqueeze(-1)).clamp(min=torch.finfo(dtype).eps / 16)

@@ -26,7 +26,7 @@ def ridge_for(dtype: torch.dtype) -> float:
 def equilibrate(gram: torch.Tensor, ridge: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(D⁻¹GD⁻¹ + ridge·I, d)`` with d_k = ‖g_k‖ (1 for zero rows): a unit-diagonal system."""
     diag = torch.diagonal(gram, dim1=-2, dim2=-1)
-    d = torch.where(diag > ZERO_ROW, diag, torch.ones_like(diag)).sqrt()
+    d = torch.where(diag > ZERO_ROW, diag, 1.0).sqrt()
     eye = torch.eye(gram.shape[-1], dtype=gram.dtype, device=gram.device)
     return gram / (d.unsqueeze(-1) * d.unsqueeze(-2)) + ridge * eye, d
 
@@ -51,16 +51,19 @@ def _on_simplex(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(x / Σx, Σx > 0 and finite)``."""
     total = x.sum(-1, keepdim=True)
     ok = (total > 0) & torch.isfinite(total)
-    return x / torch.where(ok, total, torch.ones_like(total)), ok.squeeze(-1)
+    return x / torch.where(ok, total, 1.0), ok.squeeze(-1)
 
 
 def min_norm_2(gram: torch.Tensor, eps: float = EPS_2) -> torch.Tensor:
     """Closed-form K = 2 weights (the reference code's): on G / max diag, λ = (g22 − g12)/(g11 + g22 −
     2g12 + eps) if g12 < min(g11, g22), else 1 if g11 < g22 else 0; weights (λ, 1 − λ). eps = 0 is exact."""
-    g = gram / gram_scale(gram)
+    return _min_norm_2(gram / gram_scale(gram), eps)
+
+
+def _min_norm_2(g: torch.Tensor, eps: float) -> torch.Tensor:
     g11, g22, g12 = g[..., 0, 0], g[..., 1, 1], g[..., 0, 1]
     denom = g11 + g22 - 2 * g12 + eps
-    inner = (g22 - g12) / torch.where(denom > 0, denom, torch.ones_like(denom))
+    inner = (g22 - g12) / torch.where(denom > 0, denom, 1.0)
     lam = torch.where(g12 < torch.minimum(g11, g22), inner, (g11 < g22).to(g.dtype)).clamp(0.0, 1.0)
     return torch.stack([lam, 1 - lam], dim=-1)
 
@@ -87,10 +90,10 @@ def wolfe_steps(g_hat, d, lam, tol: float, rounds: int) -> tuple[torch.Tensor, t
         m = support.to(lam.dtype)
         y, ok = _on_simplex(m * torch.linalg.solve(restricted(g_hat, m), m / d) / d)  # y ∝ G_SS⁻¹1
         major = ok & ((y >= 0) | ~support).all(-1) & ~done
-        viol = torch.where(support, torch.full_like(y, -1.0), kkt_violation(gram_r, y.clamp_min(0), tol))
+        viol = torch.where(support, -1.0, kkt_violation(gram_r, y.clamp_min(0), tol))
         enter = viol.argmax(-1, keepdim=True)
         adds = major & (viol.gather(-1, enter).squeeze(-1) > 0)
-        ratio = torch.where(support & (y < 0), lam / (lam - y), torch.full_like(y, float("inf")))
+        ratio = torch.where(support & (y < 0), lam / (lam - y), float("inf"))
         theta = ratio.amin(-1, keepdim=True).clamp(0.0, 1.0)
         minor = ok & ~major & ~done
         lam_minor, _ = _on_simplex(
@@ -109,17 +112,19 @@ def min_norm_solve(gram, rho: float = 0.0, max_iter: int = 500, tol: float = 1e-
     """``(λ, converged)``: the min-norm weights and where no row violates optimality by more than
     ``tol``·‖g_k‖‖d‖ within min(max_iter, 4K + 10) Wolfe rounds. ``rho`` is in G's units; ``eps_2`` the K = 2 guard."""
     k = gram.shape[-1]
-    work = gram.to(torch.float64) + rho * torch.eye(k, dtype=torch.float64, device=gram.device)
+    work = gram.to(torch.float64)
+    if rho:
+        work = work + rho * torch.eye(k, dtype=torch.float64, device=gram.device)
     work = work / gram_scale(work)
     done = torch.ones(gram.shape[:-2], dtype=torch.bool, device=gram.device)
     if k == 1:
         return torch.ones(gram.shape[:-1], dtype=gram.dtype, device=gram.device), done
-    if k == 2:
-        return min_norm_2(work, eps=eps_2).to(gram.dtype), done
+    if k == 2:  # work is on G / max diag already
+        return _min_norm_2(work, eps_2).to(gram.dtype), done
     g_hat, d = equilibrate(work, ridge_for(gram.dtype))
     if init is None:  # the affine minimiser on all rows, its negative weights cut off
         start, ok = _on_simplex(torch.linalg.solve(g_hat, 1 / d) / d)
-        start, _ = _on_simplex(torch.where(ok.unsqueeze(-1), start.clamp_min(0), torch.ones_like(start)))
+        start, _ = _on_simplex(torch.where(ok.unsqueeze(-1), start.clamp_min(0), 1.0))
     else:
         start, _ = _on_simplex(init.to(work).clamp_min(0))
     lam, done = wolfe_steps(g_hat, d, start, tol, rounds=min(max_iter, 4 * k + 10))

@@ -6,8 +6,6 @@ violated constraint, dropping an active multiplier that reaches 0 first; the act
 mask, each branch a ``where``, tolerances relative.
 """
 
-from __future__ import annotations
-
 import torch
 
 from morl.host_reads import reads_are_free
@@ -41,6 +39,8 @@ def solve_masked(
         p = torch.where(pending, p, slack.argmin())
         slack_p = slack.gather(0, p.view(1)).squeeze(0)
         done = done | (~pending & (slack_p >= -atol))
+        if early_exit and bool(done):
+            break
         mu_next, active_next, added, unbounded = _masked_step(a, mu, active, p, slack_p, idx, eye, dependence_tol)
         stepping = ~done & ~unbounded
         infeasible = infeasible | (~done & unbounded)
@@ -50,9 +50,9 @@ def solve_masked(
         pending = stepping & ~added
         if early_exit and bool(done):
             break
-    # the last step may have been the one that finished the problem
-    slack = torch.where(active, 0.0, a @ mu - b)
-    done = done | (~pending & (slack.min() >= -atol))
+    else:  # the last step may have been the one that finished the problem
+        slack = torch.where(active, 0.0, a @ mu - b)
+        done = done | (~pending & (slack.min() >= -atol))
     return torch.where(infeasible, 0.0, mu.clamp_min(0.0)), ~infeasible, done
 
 

@@ -293,6 +293,21 @@ def test_an_overflow_of_finite_rows_is_not_blamed_on_a_row():
         build("mean", reduction="sum")(rows)
 
 
+def test_raise_mode_accepts_finite_rows_and_direction_whose_sums_overflow():
+    """ "raise" reads one sum of the rows and one of the direction: Mean (sum) of float32 rows
+    [3e38, 3e38] and 0 overflows both sums, yet every entry is finite, so d = [3e38, 3e38]."""
+    rows = torch.tensor([[3e38, 3e38], [0.0, 0.0]], dtype=torch.float32)
+    assert torch.equal(build("mean", reduction="sum")(rows), rows[0])
+
+
+def test_raise_mode_accepts_a_gramian_whose_diagonal_sum_overflows():
+    """MGDA on orthogonal float32 rows of norm 1.4e19: G_kk = 1.96e38 each (finite), their sum
+    overflows; λ = (½, ½) by symmetry, so d = (7e18, 7e18) as without the check."""
+    rows = torch.tensor([[1.4e19, 0.0], [0.0, 1.4e19]], dtype=torch.float32)
+    expected = torch.tensor([7e18, 7e18], dtype=torch.float32)
+    torch.testing.assert_close(build("mgda")(rows), expected, rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("mode", ["raise", "skip", "off"])
 def test_no_columns_is_one_clear_error(mode):
     """D = 0: one ValueError from forward naming the shape, whatever the policy and method."""

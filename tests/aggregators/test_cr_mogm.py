@@ -131,7 +131,10 @@ def test_options_and_state():
             build("cr_mogm", **bad)
     agg = build("cr_mogm", base="pcgrad")
     agg(torch.randn(3, 5))
-    with pytest.raises(ValueError, match="K=3 objectives but got K=4"):
+    with pytest.raises(
+        ValueError,
+        match=r"^CRMOGM: state 'lam' has shape \(3,\) but this call needs \(4,\) \(K changed\?\); call reset\(\) first$",
+    ):
         agg(torch.randn(4, 5))
     agg.reset()
     assert agg.lam is None and agg(torch.randn(4, 5)).shape == (5,)

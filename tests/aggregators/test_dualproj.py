@@ -8,7 +8,7 @@ import torchjd.aggregation as tj
 from torchjd._linalg import QuadprogProjector
 
 from morl.aggregators import build
-from morl.aggregators import dualproj as dualproj_module
+from morl.aggregators import upgrad as upgrad_module  # DualProj's projection call lives in UPGrad's code
 
 SHAPES = [(2, 5, 2), (3, 10, 3), (5, 20, 2), (8, 6, 6), (10, 40, 10), (20, 60, 20), (30, 20, 20), (50, 60, 25)]
 J_BASE = torch.tensor([[-4.0, 1.0, 1.0], [6.0, 1.0, 1.0]], dtype=torch.float64)  # G = [[18, −22], [−22, 38]]
@@ -110,9 +110,9 @@ def test_dualproj_preference_errors_name_the_method():
 
 def test_dualproj_options_reach_the_solver(monkeypatch):
     seen = []
-    real = dualproj_module.project_to_dual_cone
+    real = upgrad_module.project_to_dual_cone
     monkeypatch.setattr(
-        dualproj_module, "project_to_dual_cone", lambda g, u, m, t: seen.append((m, t)) or real(g, u, m, t)
+        upgrad_module, "project_to_dual_cone", lambda g, u, m, t: seen.append((m, t)) or real(g, u, m, t)
     )
     j = _jacobian(1, 20, 60, 20)
     build("dualproj")(j)

@@ -157,7 +157,7 @@ def test_two_hand_computed_calls_move_the_targets_to_the_cosines():
 def test_a_new_task_count_needs_a_reset_and_bad_options_are_refused():
     agg = build("gradvac", beta=0.5)
     agg(torch.randn(3, 5))
-    with pytest.raises(ValueError, match="K=3 tasks but got K=4"):
+    with pytest.raises(ValueError, match=r"^GradVac: state 'targets' has shape \(3, 3\) but this call needs \(4, 4\)"):
         agg(torch.randn(4, 5))
     agg.reset()
     assert agg.targets is None and agg(torch.randn(4, 5)).shape == (5,)

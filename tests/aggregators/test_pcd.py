@@ -237,7 +237,8 @@ def test_a_shape_change_raises_and_reset_starts_over():
     agg = build("pcd")
     agg(_problem(0, k, k))
     with pytest.raises(
-        ValueError, match=rf"PCD holds averages for {k} objectives but got {k + 1}; call reset\(\) to start over"
+        ValueError,
+        match=rf"^PCD: state 'sq_norm_ema' has shape \({k},\) but this call needs \({k + 1},\) \(K changed\?\); call reset\(\)",
     ):
         agg(_problem(0, k + 1, k + 1))
     agg.reset()
