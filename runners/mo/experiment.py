@@ -175,8 +175,18 @@ class MOExperiment(Experiment):
         s.stats.skipped_reported, s.stats.updates_reported = total, s.updates
         if longest >= limit:
             what = streak_text(longest, "run.max_nonfinite_updates", limit, total, s.updates)
-            raise self._diverged(s.step, what, None)
+            raise self._diverged(s.step, what, self._streak_start(streak, limit))
         return None if line is None else f"step {s.step}: {line}"
+
+    def _streak_start(self, streak: int, limit: int) -> int | None:
+        """The step of the last update fully taken before the current streak (checkpoints before it
+        are good); None when the long streak is over (the newest checkpoint is named)."""
+        if streak < limit:
+            return None
+        from morl.runners.rl.schedule import step_of_update
+
+        run = self.cfg.run
+        return step_of_update(max(self.s.updates - streak - 1, 0), run.warmup_steps, run.updates_per_step, False)
 
     def skipped_updates(self) -> tuple[int, int]:
         return int(self.s.agent.nonfinite_updates), self.s.updates

@@ -13,6 +13,7 @@ TINY = [
     "agent.buffer_capacity=500",
     "run.device=cpu",
     "run.warmup_steps=8",
+    "run.updates_per_step=1",
     "run.log_every=5",
     "run.eval_every=10",
     "run.checkpoint_every=8",
