@@ -13,7 +13,7 @@ import sys
 from morl.runners.errors import UserError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("morl.runners.train", "train a multi-task RL agent from a YAML config"),
+    "train": ("morl.runners.train", "train a multi-task or multi-objective RL agent from a YAML config"),
     "eval": ("morl.runners.evaluate", "evaluate the latest checkpoint of a run directory"),
     "resume": ("morl.runners.resume", "continue a run from its last checkpoint"),
     "supervised": ("morl.runners.supervised.command", "train a supervised multi-task model from a YAML config"),

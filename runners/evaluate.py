@@ -10,7 +10,7 @@ def add_arguments(parser) -> None:
         "--episodes",
         type=int,
         default=None,
-        help="RL: episodes per task (default: run.eval_episodes or the protocol's)",
+        help="RL: episodes per task (default: run.eval_episodes or the protocol's); MO: per policy (front.episodes)",
     )
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto (default: the run's device)")
     parser.add_argument(
@@ -36,8 +36,8 @@ def main(args) -> int:
     cls = experiment_class(kind_of(existing_run_dir(args.run_dir)))
     options = {}
     if args.episodes is not None:
-        if cls.kind != "rl":
-            raise UserError(f"--episodes applies to RL runs only; {args.run_dir} is a {cls.kind} run")
+        if cls.kind not in ("rl", "mo"):
+            raise UserError(f"--episodes applies to RL and MO runs only; {args.run_dir} is a {cls.kind} run")
         if args.episodes < 1:
             raise UserError(f"--episodes must be >= 1, got {args.episodes}")
         options["episodes"] = args.episodes

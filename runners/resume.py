@@ -1,6 +1,6 @@
 """``morl resume RUN_DIR [key=value ...]``: continue a run of any kind from ``checkpoints/last.pt``.
 
-The kind (rl, supervised, forum, fl, prompt) is read from the run's ``run.json``; only the keys
+The kind (rl, mo, supervised, forum, fl, prompt) is read from the run's ``run.json``; only the keys
 that do not change the learner may be overridden (the error names them).
 """
 

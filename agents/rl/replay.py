@@ -17,23 +17,34 @@ class MultiTaskReplay:
     store per field; write positions are computed on the host from the task ids, so neither
     ``add`` nor ``sample`` reads anything back from the device. ``sample(per_task)`` returns
     ``[T, per_task, ...]`` tensors, row ``t`` drawn uniformly from task ``t``'s stored data.
+    ``reward_dim`` M stores vector rewards ``[T, capacity, M]`` (multi-objective envs); None
+    stores one reward per transition.
     Sampling before every task has data is the caller's mistake (``len(buffer)`` is the
     minimum over tasks; check it against the warm-up).
     """
 
     def __init__(
-        self, num_tasks: int, capacity_per_task: int, obs_dim: int, action_dim: int, device: torch.device | str = "cpu"
+        self,
+        num_tasks: int,
+        capacity_per_task: int,
+        obs_dim: int,
+        action_dim: int,
+        device: torch.device | str = "cpu",
+        reward_dim: int | None = None,
     ) -> None:
         if num_tasks < 1 or capacity_per_task < 1:
             raise ValueError(f"num_tasks and capacity_per_task must be >= 1, got {num_tasks} and {capacity_per_task}")
+        if reward_dim is not None and reward_dim < 1:
+            raise ValueError(f"reward_dim must be >= 1 (objectives) or None (one reward), got {reward_dim}")
         self.num_tasks, self.capacity = int(num_tasks), int(capacity_per_task)
+        self.reward_dim = None if reward_dim is None else int(reward_dim)
         self.obs_dim, self.action_dim = int(obs_dim), int(action_dim)
         self.device = torch.device(device)
         shape = (self.num_tasks, self.capacity)
         self.storage = {
             "obs": torch.zeros(*shape, obs_dim, device=self.device),
             "action": torch.zeros(*shape, action_dim, device=self.device),
-            "reward": torch.zeros(*shape, device=self.device),
+            "reward": torch.zeros(*shape, *(() if reward_dim is None else (reward_dim,)), device=self.device),
             "next_obs": torch.zeros(*shape, obs_dim, device=self.device),
             "terminated": torch.zeros(*shape, device=self.device),
         }
@@ -90,14 +101,15 @@ class MultiTaskReplay:
             "capacity": self.capacity,
             "obs_dim": self.obs_dim,
             "action_dim": self.action_dim,
+            "reward_dim": self.reward_dim,
             "data": {k: v[:, :n].cpu().clone() for k, v in self.storage.items()},
             "size": self._size.copy(),
             "ptr": self._ptr.copy(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for key in ("num_tasks", "obs_dim", "action_dim"):
-            if state[key] != getattr(self, key):
+        for key in ("num_tasks", "obs_dim", "action_dim", "reward_dim"):
+            if state.get(key) != getattr(self, key):
                 raise ValueError(f"replay state has {key}={state[key]}, this buffer has {getattr(self, key)}")
         n = int(np.max(state["size"]))
         if n > self.capacity:

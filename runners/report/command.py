@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--metric",
         metavar="M",
-        help="the score to compare (default per kind: rl eval/success, "
+        help="the score to compare (default per kind: rl eval/success, mo eval/hv, "
         "supervised test/accuracy, forum test/accuracy, fl test_mean, prompt test/routed_acc)",
     )
     parser.add_argument("--reps", type=int, default=2000, metavar="N", help="bootstrap resamples (default 2000)")

@@ -4,6 +4,8 @@ Headline metric per kind (``--metric`` picks another):
 
 - ``rl``: ``eval/success`` -- per-task success of the deterministic evaluation episodes
   (records with ``kind: eval``).
+- ``mo``: ``eval/hv`` -- hypervolume of the population's front of discounted returns
+  (``--metric eval/eum``: its expected utility; ``eval/undiscounted/hv``: of the undiscounted returns).
 - ``supervised``: ``test/accuracy`` -- per-task test accuracy (``test/mse`` when the tasks are
   regressions); the last epoch's value is the one in ``final_metrics.json``.
 - ``forum``: ``test/accuracy`` -- FORUM's per-task test accuracy in percent (``final_metrics.json``
@@ -20,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-KINDS = ("rl", "supervised", "forum", "fl", "prompt")
+KINDS = ("rl", "mo", "supervised", "forum", "fl", "prompt")
 DEFAULT = {
     "rl": "eval/success",
+    "mo": "eval/hv",
     "supervised": "test/accuracy",
     "forum": "test/accuracy",
     "fl": "test_mean",

@@ -95,9 +95,14 @@ def per_task_curves(methods: list[Method], reps: int, seed: int):
 
 
 def _unit(m: Method) -> str:
-    return {"rl": "step", "supervised": "epoch", "forum": "iteration", "fl": "round", "prompt": "step"}.get(
-        m.runs[0].kind, "step"
-    )
+    return {
+        "rl": "step",
+        "mo": "step",
+        "supervised": "epoch",
+        "forum": "iteration",
+        "fl": "round",
+        "prompt": "step",
+    }.get(m.runs[0].kind, "step")
 
 
 def per_task_heatmap(methods: list[Method], reps: int, seed: int):

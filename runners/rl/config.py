@@ -136,7 +136,7 @@ def _validate_env(env: EnvConfig) -> None:
         scalar = [n for n in valid if n not in envs.mo_env_names()]
         raise UserError(
             f"env.name: {env.name!r} has a reward vector, and multi-task SAC learns from one reward per task; "
-            f"allowed here: {', '.join(scalar)}"
+            f"allowed here: {', '.join(scalar)} (MO-SAC trains on {env.name}: an mo config, e.g. configs/mo/quickstart.yaml)"
         )
     if env.envs_per_task < 1:
         raise UserError(f"env.envs_per_task: must be >= 1, got {env.envs_per_task}")

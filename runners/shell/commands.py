@@ -157,7 +157,9 @@ def evaluate(
     try:
         state = check_checkpoint(torch_load(path, map_location=exp.map_location), exp, path)
         exp.load_state_dict(state, for_evaluation=True)
-        result = _json_safe(resolve(exp.evaluate(**options)))
+        result = exp.evaluate(**options)
+        result.pop("figures", None)  # TensorBoard images of a run in progress, not part of the printed result
+        result = _json_safe(resolve(result))
     finally:
         exp.close()
     out = {"checkpoint": str(path), "kind": exp.kind, exp.unit: exp.position, **result}

@@ -12,6 +12,7 @@ from morl.runners.errors import UserError
 
 KINDS: dict[str, str] = {
     "rl": "morl.runners.rl.experiment:RLExperiment",
+    "mo": "morl.runners.mo.experiment:MOExperiment",
     "supervised": "morl.runners.supervised.experiment:SupervisedExperiment",
     "forum": "morl.runners.forum.experiment:ForumExperiment",
     "fl": "morl.runners.fl.experiment:FLExperiment",
@@ -49,5 +50,9 @@ def kind_of(run_dir: str | Path) -> str:
 
 
 def kind_of_config(data: dict) -> str:
-    """The kind a config belongs to, from the top-level keys only that kind has (else RL)."""
+    """The kind a config belongs to, from the top-level keys only that kind has (else RL); a
+    config with a ``front`` section or an MO-Gymnasium env (``mo-*``) is multi-objective RL."""
+    env = data.get("env")
+    if "front" in data or (isinstance(env, dict) and str(env.get("name", "")).startswith("mo-")):
+        return "mo"
     return next((kind for keys, kind in _KIND_KEYS if all(k in data for k in keys)), "rl")

@@ -30,9 +30,18 @@ def resolve(metrics: Any) -> Any:
     return metrics
 
 
+FIGURES = "figures"  # metrics key of ``{tag: matplotlib Figure}``: TensorBoard images, not metrics.jsonl
+
+
 def write(logger, position: int, kind: str, metrics: dict[str, Any]) -> dict[str, Any]:
     """Log ``metrics`` at ``position``: scalars as ``tag``, nested dicts as ``tag/name/...``
-    (non-finite values stay out of TensorBoard, null in metrics.jsonl); returns the values."""
+    (non-finite values stay out of TensorBoard, null in metrics.jsonl), figures under
+    ``metrics["figures"]`` as TensorBoard images; returns the values (without the figures)."""
+    metrics = dict(metrics)
+    for tag, figure in (metrics.pop(FIGURES, None) or {}).items():
+        logger.writer.add_figure(
+            tag, figure, position, close=False
+        )  # no pyplot: the figure is freed with its last reference
     values = resolve(metrics)
     for tag, value in _scalars(values):
         logger.writer.add_scalar(tag, value, position)

@@ -105,11 +105,11 @@ def check_configs(cells) -> None:
     """Load every cell's config with its overrides: a bad key or value stops the sweep with one
     line before anything is written or run (it would fail every attempt of its cell)."""
     from morl.runners.shell.kinds import experiment_class
-    from morl.runners.sweep.kinds import COMMAND_KIND
+    from morl.runners.sweep.kinds import kind_of_cell
 
     for cell in cells:
         try:
-            experiment_class(COMMAND_KIND[cell.command]).load_config(cell.config, list(cell.overrides))
+            experiment_class(kind_of_cell(cell.command, cell.config)).load_config(cell.config, list(cell.overrides))
         except UserError as exc:
             raise UserError(f"cell {cell.name}: {exc}") from None
 

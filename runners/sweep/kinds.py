@@ -14,12 +14,13 @@ COMMAND_KIND: dict[str, str] = {
     "fl": "fl",
     "prompt": "prompt",
 }
-KIND_COMMAND: dict[str, str] = {kind: command for command, kind in COMMAND_KIND.items()}
+KIND_COMMAND: dict[str, str] = {**{kind: command for command, kind in COMMAND_KIND.items()}, "mo": "train"}
 
 # RL keeps run settings in a `run` section; federated learning keeps them in `train` (its
 # `data.seed` draws the clients' data, which a seed sweep should keep fixed).
 SEED_KEY: dict[str, str] = {
     "rl": "run.seed",
+    "mo": "run.seed",
     "supervised": "seed",
     "forum": "seed",
     "fl": "train.seed",
@@ -28,7 +29,17 @@ SEED_KEY: dict[str, str] = {
 
 
 def seed_key(command: str) -> str:
-    return SEED_KEY[COMMAND_KIND[command]]
+    return SEED_KEY[COMMAND_KIND[command]]  # `train`'s two kinds (rl, mo) keep it in the same place
+
+
+def kind_of_cell(command: str, config: str | Path) -> str:
+    """The kind a cell runs: its command's, where `train` runs multi-objective configs as ``mo``."""
+    if command == "train":
+        from morl.runners.config import read_yaml
+        from morl.runners.shell.kinds import kind_of_config
+
+        return "mo" if kind_of_config(read_yaml(config)) == "mo" else "rl"
+    return COMMAND_KIND[command]
 
 
 def command_of_config(path: str | Path) -> str:

@@ -10,7 +10,9 @@ from morl.runners.cli import _parse, build_parser
 from morl.runners.shell.kinds import KINDS, experiment_class
 
 ROOT = Path(__file__).resolve().parents[2]
-START = {experiment_class(kind).command: kind for kind in KINDS}
+START = {}
+for _kind in KINDS:  # `train` starts rl and mo runs: its help example is an rl config
+    START.setdefault(experiment_class(_kind).command, _kind)
 
 
 def _helps(command: str) -> dict[str, str]:

@@ -87,3 +87,19 @@ def test_bad_input_is_rejected():
         MultiTaskReplay(T, 5, OBS + 1, ACT).load_state_dict(buf.state_dict())
     with pytest.raises(ValueError, match="capacity_per_task"):
         MultiTaskReplay(T, 0, OBS, ACT)
+
+
+def test_vector_rewards_are_stored_and_sampled_as_rows():
+    buf = MultiTaskReplay(1, 4, OBS, ACT, reward_dim=3)
+    rewards = np.arange(15, dtype=np.float32).reshape(5, 3)  # 5 transitions into a ring of 4
+    buf.add(np.zeros(5, np.int64), np.zeros((5, OBS)), np.zeros((5, ACT)), rewards, np.zeros((5, OBS)), np.zeros(5))
+    assert buf.storage["reward"].shape == (1, 4, 3)
+    # the ring keeps the latest 4: transition 4 overwrote slot 0
+    assert torch.equal(buf.storage["reward"][0], torch.as_tensor(rewards[[4, 1, 2, 3]]))
+    sample = buf.sample(6, torch.Generator().manual_seed(0))["reward"][0]
+    assert sample.shape == (6, 3) and all(row.tolist() in rewards[1:].tolist() for row in sample)
+    scalar = MultiTaskReplay(1, 4, OBS, ACT)
+    with pytest.raises(ValueError, match="reward_dim"):
+        scalar.load_state_dict(buf.state_dict())
+    with pytest.raises(ValueError, match="reward_dim"):
+        MultiTaskReplay(1, 4, OBS, ACT, reward_dim=0)

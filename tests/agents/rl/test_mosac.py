@@ -1,0 +1,352 @@
+"""MO-SAC (agents/rl/mosac.py): one update replayed by hand in float64, policy by policy and
+objective by objective with plain loops (the agent batches them), against SAC's formulas
+(arXiv:1812.05905, eq. 3, 5, 7, 18, with the minimum of two target critics):
+
+* critic (p, m): ``y = r_m + γ (1 − terminated) (min_j Q̄_{j,p,m}(s', a'_p) − α_p log π_p(a'_p|s'))``,
+  ``a'_p`` policy p's own next action; loss ``Σ_j mean_b (Q_{j,p,m}(s, a) − y)²``;
+* actor: ``L_{p,m} = mean_b (α_p log π_p(ã|s) − min_j Q_{j,p,m}(s, ã))``; ``linear`` descends
+  ``Σ_p Σ_m ω_{p,m} L_{p,m}``, an aggregator maps policy p's rows ``∇L_{p,m}`` to its direction;
+* after one Adam step the first moment is ``0.1 g``: the gradient the update used.
+"""
+
+import copy
+import io
+import math
+
+import pytest
+import torch
+from host_traffic import forbid_host_traffic
+from torch.distributions import Normal
+
+import morl
+from morl.agents.rl.mosac import MOSAC, MOSACConfig, default_preferences, preference_matrix
+
+O, A, M, P, B = 4, 2, 2, 3, 8
+H = [8, 8]
+
+
+def _agent(aggregator="linear", options=None, seed=0, **kw):
+    cfg = MOSACConfig(population=P, hidden_sizes=H, batch_size=B, actor_lr=1e-3, critic_lr=1e-3, alpha_lr=1e-3)
+    for key, value in kw.items():
+        setattr(cfg, key, value)
+    return MOSAC(O, A, M, cfg, aggregator, options or {}, "cpu", seed)
+
+
+def _batch(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    terminated = torch.zeros(B)
+    terminated[::3] = 1.0
+    return {
+        "obs": torch.randn(B, O, generator=g),
+        "action": torch.rand(B, A, generator=g) * 2 - 1,
+        "reward": torch.randn(B, M, generator=g),
+        "next_obs": torch.randn(B, O, generator=g),
+        "terminated": terminated,
+    }
+
+
+def _noises(agent):
+    """The critic's and the actor's noise of the agent's next update (a copy of its generator)."""
+    g = torch.Generator().set_state(agent.generator.get_state())
+    return [torch.randn(P, B, A, generator=g).double() for _ in range(2)]
+
+
+def _mlp(weights, biases, x):
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        x = x @ w.double() + b.double().reshape(-1)
+        if i < len(weights) - 1:
+            x = torch.relu(x)
+    return x
+
+
+def _policy(agent, weights, p, obs, eps):
+    """Policy p's reparameterised action and log π from torch.distributions (float64)."""
+    out = _mlp([w[p] for w in weights[0]], [b[p] for b in weights[1]], obs.double())
+    mean, raw = out.chunk(2, -1)
+    lo, hi = agent.cfg.log_std_min, agent.cfg.log_std_max
+    std = (lo + 0.5 * (hi - lo) * (torch.tanh(raw) + 1)).exp()
+    u = mean + std * eps
+    logp = Normal(mean, std).log_prob(u).sum(-1) - torch.log1p(-torch.tanh(u).pow(2)).sum(-1)
+    return torch.tanh(u), logp
+
+
+def _q(critic, p, m, j, obs, act):
+    k = p * M + m  # critic (p, m) is member p·M + m of the ensemble
+    x = torch.cat([obs.double(), act], -1)
+    return _mlp([w[k, j] for w in critic.weights], [b[k, j] for b in critic.biases], x).squeeze(-1)
+
+
+def _actor_weights(agent):
+    return [list(agent.actor.weights), list(agent.actor.biases)]
+
+
+def _hand_critic_losses(agent, batch, eps_next, critic, target, actor_weights, alpha):
+    obs, action, r = batch["obs"], batch["action"].double(), batch["reward"].double()
+    done = batch["terminated"].double()
+    losses = torch.zeros(P, M, dtype=torch.float64)
+    for p in range(P):
+        a_next, logp_next = _policy(agent, actor_weights, p, batch["next_obs"], eps_next[p])
+        for m in range(M):
+            q_next = torch.minimum(*[_q(target, p, m, j, batch["next_obs"], a_next) for j in range(2)])
+            y = r[:, m] + agent.cfg.gamma * (1 - done) * (q_next - alpha[p] * logp_next)
+            losses[p, m] = sum(((_q(critic, p, m, j, obs, action) - y.detach()) ** 2).mean() for j in range(2))
+    return losses
+
+
+def _hand_actor_losses(agent, actor_weights, obs, eps, alpha):
+    """``L [P, M]`` and the batch-mean Q-values ``[P, M]`` by loops, from the critic after its step."""
+    losses, qs = torch.zeros(P, M, dtype=torch.float64), torch.zeros(P, M, dtype=torch.float64)
+    for p in range(P):
+        act, logp = _policy(agent, actor_weights, p, obs, eps[p])
+        for m in range(M):
+            q = torch.minimum(*[_q(agent.critic, p, m, j, obs, act) for j in range(2)]).mean()
+            losses[p, m], qs[p, m] = alpha[p] * logp.mean() - q, q
+    return losses, qs
+
+
+def _moments(opt, params):
+    return [opt.state[p]["exp_avg"].double() / 0.1 for p in params]
+
+
+def _leaf_copies(params):
+    return [p.detach().double().clone().requires_grad_(True) for p in params]
+
+
+def test_default_preferences_are_equally_spaced_with_the_corners():
+    expected = torch.tensor([[1, 0], [2 / 3, 1 / 3], [1 / 3, 2 / 3], [0, 1]], dtype=torch.float64)
+    assert torch.equal(default_preferences(2, 4), expected)
+    lattice = default_preferences(3, 6)  # step 1/2 on the 3-simplex
+    assert {tuple(r) for r in (2 * lattice).tolist()} == {
+        (2, 0, 0), (0, 2, 0), (0, 0, 2), (1, 1, 0), (1, 0, 1), (0, 1, 1)
+    }  # fmt: skip
+    from morl.metrics.pareto import equally_spaced_weights
+
+    assert torch.equal(default_preferences(3, 20), equally_spaced_weights(3, 20))  # no lattice has 20 points
+    assert torch.equal(default_preferences(3, 1), torch.full((1, 3), 1 / 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="population=7.*allowed: 3, 6, 10"):
+        default_preferences(3, 7)
+    given = preference_matrix(MOSACConfig(population=2, preferences=[[3, 1], [0, 2]]), 2)
+    assert torch.equal(given, torch.tensor([[0.75, 0.25], [0.0, 1.0]], dtype=torch.float64))
+
+
+def test_critic_targets_and_losses_match_the_hand_computation():
+    agent = _agent(init_temperature=0.5)
+    agent.update(_batch(1), 1)  # moves the temperatures and the targets away from their start
+    batch = _batch()
+    eps_next, _ = _noises(agent)
+    alpha = agent.log_alpha.detach().exp().double()
+    critic, target, weights = copy.deepcopy(agent.critic), copy.deepcopy(agent.critic_target), _actor_weights(agent)
+    weights = [[w.detach().clone() for w in ws] for ws in weights]
+    hand = _hand_critic_losses(agent, batch, eps_next, critic, target, weights, alpha)
+    got = agent.critic_losses(*[batch[k] for k in ("obs", "action", "reward", "next_obs", "terminated")],
+                              agent.log_alpha.detach().exp(), eps_next.float())  # fmt: skip
+    torch.testing.assert_close(got.double(), hand, rtol=1e-5, atol=1e-5)
+    # the update's critic gradient is the gradient of the hand losses' sum
+    leaves = _leaf_copies(critic.parameters())
+    shadow = copy.deepcopy(critic).double()
+    for p, leaf in zip(shadow.parameters(), leaves):
+        p.data = leaf
+    fresh = _agent(init_temperature=0.5)
+    fresh.load_state_dict(agent.state_dict())
+    fresh.critic_opt.state.clear()  # a first Adam step: its first moment is 0.1 g
+    fresh.update(batch, 1)
+    hand_losses = _hand_critic_losses(fresh, batch, eps_next, _Leaves(shadow, leaves), target, weights, alpha)
+    grads = torch.autograd.grad(hand_losses.sum(), leaves)
+    for g, h in zip(_moments(fresh.critic_opt, fresh.critic.parameters()), grads):
+        torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-6)
+
+
+class _Leaves:
+    """A critic whose weights are the given float64 leaves (for autograd on the hand losses)."""
+
+    def __init__(self, module, leaves):
+        n = len(module.weights)
+        self.weights, self.biases = leaves[:n], leaves[n : 2 * n]
+
+
+def test_a_sign_flip_of_the_reward_changes_the_target():
+    agent = _agent()
+    batch = _batch()
+    eps_next, _ = _noises(agent)
+    alpha = agent.log_alpha.detach().exp()
+    args = [batch[k] for k in ("reward", "next_obs", "terminated")]
+    y = agent.td_target(*args, alpha, eps_next.float())
+    flipped = agent.td_target(-args[0], *args[1:], alpha, eps_next.float())
+    torch.testing.assert_close(y - flipped, 2 * batch["reward"].T.expand(P, M, B))
+
+
+def _actor_gradient_setup(aggregator, options=None):
+    agent = _agent(aggregator, options, init_temperature=0.3)
+    batch = _batch()
+    _, eps = _noises(agent)
+    alpha = agent.log_alpha.detach().exp().double()
+    leaves = _leaf_copies(agent.actor.parameters())
+    n = len(agent.actor.weights)
+    weights = [leaves[:n], leaves[n : 2 * n]]
+    agent.update(batch, 0)  # the actor's step reads the critic after its own step: the one now held
+    losses, qs = _hand_actor_losses(agent, weights, batch["obs"], eps, alpha)
+    return agent, leaves, losses, qs
+
+
+def test_linear_actor_gradient_is_the_gradient_of_the_scalarised_loss():
+    agent, leaves, losses, _ = _actor_gradient_setup("linear")
+    omega = agent.preferences.double()
+    grads = torch.autograd.grad((omega * losses).sum(), leaves)
+    for g, h in zip(_moments(agent.actor_opt, agent.actor.parameters()), grads):
+        torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-7)
+    assert torch.equal(agent.preferences, default_preferences(M, P).float())  # the extremes included
+
+
+@pytest.mark.parametrize("name, options", [("mgda", {}), ("epo_al", {}), ("pcd", {"tau": 0.1}), ("upgrad", {})])
+def test_aggregated_direction_is_the_aggregator_on_rows_computed_one_by_one(name, options):
+    agent, leaves, losses, qs = _actor_gradient_setup(name, options)
+    omega = agent.preferences.double()
+    regret = losses.detach() + qs.detach().amax(0)  # the losses aggregators see: shortfall to the ideal point
+    directions = []
+    for p in range(P):
+        rows = torch.stack(
+            [torch.cat([g[p].reshape(-1) for g in torch.autograd.grad(losses[p, m], leaves, retain_graph=True)])
+             for m in range(M)]
+        )  # fmt: skip
+        own = {}
+        if name == "epo_al":  # EPO's preference ray is ω_p (zeros raised to 1e-3: EPO-AL needs r > 0)
+            own = {"preference": omega[p].clamp_min(1e-3).tolist()}
+        if name == "upgrad":
+            own = {"pref_vector": omega[p].tolist()}
+        order = list(range(M))
+        if name == "pcd":  # the primary objective (row 0) is the one policy p prefers most
+            top = int(omega[p].argmax())
+            order = [top, *[i for i in range(M) if i != top]]
+        directions.append(morl.build(name, **options, **own)(rows[order], regret[p][order]))
+    for g, param in zip(_moments(agent.actor_opt, agent.actor.parameters()), agent.actor.parameters()):
+        size = param[0].numel()
+        expected = torch.stack([d[:size] for d in directions])
+        directions = [d[size:] for d in directions]
+        torch.testing.assert_close(g.reshape(P, -1), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_each_policy_acts_with_its_own_weights():
+    agent = _agent()
+    obs = torch.randn(P, O)
+    got = agent.act(obs, deterministic=True)
+    for p in range(P):
+        out = _mlp([w[p] for w in agent.actor.weights], [b[p] for b in agent.actor.biases], obs[p : p + 1].double())
+        torch.testing.assert_close(got[p].double(), torch.tanh(out.chunk(2, -1)[0][0]), rtol=1e-5, atol=1e-6)
+    sampled = agent.act(obs)
+    assert sampled.shape == (P, A) and bool((sampled.abs() <= 1).all())
+    with pytest.raises(ValueError, match=r"obs must be \[P=3"):
+        agent.act(torch.randn(P + 1, O))
+
+
+def test_temperatures_and_targets():
+    agent = _agent(target_update_freq=2, init_temperature=0.2)
+    targets = [t.detach().clone() for t in agent.critic_target.parameters()]
+    out = agent.update(_batch(), 1)  # odd step: no Polyak update
+    assert all(torch.equal(a, b) for a, b in zip(targets, agent.critic_target.parameters()))
+    # each log α_p moves by its own entropy gap: up when policy p's entropy is below the target −A
+    moved = torch.sign(agent.log_alpha.detach() - math.log(0.2))
+    assert torch.equal(moved, torch.sign(agent.target_entropy - out["entropy"]))
+    agent.update(_batch(), 2)
+    for t, old, c in zip(agent.critic_target.parameters(), targets, agent.critic.parameters()):
+        torch.testing.assert_close(t, 0.995 * old + 0.005 * c.detach())
+
+
+def _round_trip(agent, name, options):
+    raw = io.BytesIO()
+    torch.save(agent.state_dict(), raw)
+    restored = _agent(name, options, seed=5)
+    restored.load_state_dict(torch.load(io.BytesIO(raw.getvalue()), weights_only=False))
+    return restored
+
+
+@pytest.mark.parametrize("name, options", [("linear", {}), ("epo_al", {}), ("pcd", {}), ("moco", {})])
+def test_state_dict_round_trip_gives_identical_next_update(name, options):
+    agent = _agent(name, options)
+    for step in range(3):
+        agent.update(_batch(step), step)
+    restored = _round_trip(agent, name, options)
+    out_a, out_b = agent.update(_batch(9), 3), restored.update(_batch(9), 3)
+    assert out_a.keys() == out_b.keys()
+    for key in out_a:
+        assert torch.equal(out_a[key], out_b[key]), key
+    for m in ("actor", "critic", "critic_target"):
+        assert all(torch.equal(x, y) for x, y in zip(getattr(agent, m).parameters(), getattr(restored, m).parameters()))
+    other = _agent(name, options, preferences=[[0.5, 0.5]] * P)
+    with pytest.raises(ValueError, match="other preferences"):
+        other.load_state_dict(agent.state_dict())
+
+
+@pytest.mark.parametrize("field", ["reward", "obs"])
+@pytest.mark.parametrize("name", ["linear", "mgda"])
+def test_nan_never_reaches_the_parameters(field, name):
+    agent = _agent(name)
+    agent.update(_batch(1), 1)
+    batch = _batch()
+    batch[field][3].fill_(float("nan"))
+    critic = [c.detach().clone() for c in agent.critic.parameters()]
+    out = agent.update(batch, 2)
+    assert int(out["nonfinite_updates"]) == 1
+    for p in [*agent.actor.parameters(), *agent.critic.parameters(), agent.log_alpha]:
+        assert bool(torch.isfinite(p).all())
+    assert all(torch.equal(a, b) for a, b in zip(critic, agent.critic.parameters()))
+    agent.update(_batch(1), 3)
+    assert int(agent.nonfinite_updates) == 1 and int(agent.nonfinite_streak) == 0
+
+
+@pytest.mark.parametrize(
+    "name, options, words",
+    [
+        ("nash", {}, ["unknown aggregator 'nash'", "linear", "mgda"]),
+        ("epo_al", {"preference": [1, 1]}, ["preference", "agent.preferences"]),
+        ("upgrad", {"pref_vector": [1, 1]}, ["pref_vector", "agent.preferences"]),
+        ("pcd", {"tau": [0.1, 0.1]}, ["do not fit 2 objectives", "tau"]),
+        ("famo", {}, ["famo", "losses after each update"]),
+        ("linear", {"c": 1}, ["linear takes no options"]),
+    ],
+)
+def test_aggregators_that_do_not_fit_fail_with_one_line(name, options, words):
+    with pytest.raises(ValueError) as err:
+        _agent(name, options)
+    assert len(str(err.value).splitlines()) == 1
+    for word in words:
+        assert word in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        ({"population": 0}, ["agent.population", ">= 1"]),
+        ({"preferences": [[1, 0]]}, ["agent.preferences has 1 rows", "population=3"]),
+        ({"preferences": [[1, 0, 0]] * P}, ["2 entries per row"]),
+        ({"preferences": [[1, -1]] * P}, [">= 0"]),
+        ({"tau": 0.0}, ["agent.tau"]),
+    ],
+)
+def test_a_bad_config_names_the_field(kw, words):
+    with pytest.raises(ValueError) as err:
+        _agent(**kw)
+    for word in words:
+        assert word in str(err.value)
+
+
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+@pytest.mark.parametrize("name", ["linear", "uw", "mgda", "epo_al"])
+def test_an_update_moves_nothing_between_host_and_device(name, device, monkeypatch):
+    """tests/aggregators/test_update_no_sync.py's protocol: meta tensors (any value read raises)
+    and the CPU with every Python-level read forbidden; two updates after a first unguarded one
+    (EPO-AL copies its preference to the device at its first call). One aggregator per path of
+    the update: linear, a loss weighting (one backward), a Gramian method and one with a
+    preference (the [M, D_p] rows); every aggregator's own no-sync test is test_update_no_sync.py's."""
+    import torch.optim.adam as torch_adam
+
+    from tests.aggregators.test_update_no_sync import CPU_ONLY_READS
+
+    monkeypatch.setattr(torch_adam, "_device_dtype_check_for_fused", lambda p: None)
+    cfg = MOSACConfig(population=P, hidden_sizes=H, batch_size=B)
+    agent = MOSAC(O, A, M, cfg, name, {}, device, 0)
+    batch = {k: (torch.empty(v.shape, device="meta") if device == "meta" else v) for k, v in _batch().items()}
+    agent.update(batch, 0)
+    with forbid_host_traffic(strict_cpu=device == "cpu", allow=CPU_ONLY_READS):
+        for step in (1, 2):
+            out = agent.update(batch, step)
+    assert all(v.device.type == device for v in out.values())
