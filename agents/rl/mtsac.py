@@ -257,9 +257,10 @@ class MTSAC:
     def update(self, batch: dict[str, torch.Tensor], step: int, diagnostics: bool = True) -> dict[str, torch.Tensor]:
         """One SAC update from a task-grouped batch ``[T, B, ...]``; returns detached device tensors.
 
-        ``diagnostics=False`` lets aggregators that need no gradients (``mean``, the loss
-        weightings) skip the per-task gradients that only the gradient-conflict statistics use;
-        those statistics are then left out. The update itself never depends on ``diagnostics``.
+        ``diagnostics=False`` leaves out the gradient-conflict statistics but ``grad_norm_task``
+        (which aggregators of per-task gradients compute anyway); aggregators that need no
+        gradients (``mean``, the loss weightings) then skip the per-task gradients altogether.
+        The update itself never depends on ``diagnostics``.
         """
         if batch["obs"].dim() != 3 or batch["obs"].shape[0] != self.num_tasks:
             raise ValueError(f"batch['obs'] must be [T={self.num_tasks}, B, obs_dim], got {tuple(batch['obs'].shape)}")
@@ -393,7 +394,9 @@ class MTSAC:
                 metrics = _conflict_stats(self.kernels.actor_task_grads(obs, eps, alpha)[1], _flat_grad(params))
         else:
             losses, grads, logp = self.kernels.actor_task_grads(obs, eps, alpha)
-            metrics = self._aggregate_actor_grads(params, grads, losses)
+            picked, direction = self._aggregate_actor_grads(params, grads, losses)
+            # the pairwise statistics cost extra passes over [T, D]: on diagnostic updates only
+            metrics = _conflict_stats(picked, direction) if diagnostics else {"grad_norm_task": picked.norm(dim=1)}
             # a "skip" aggregator returns zeros for non-finite rows: skip the step rather than take it
             finite_rows = torch.isfinite(metrics["grad_norm_task"]).all()
         if self.cfg.aggregate != "none" and self.aggregator.weights is not None:
@@ -439,8 +442,10 @@ class MTSAC:
             self._actor_task_loss, params, obs, eps, self._task_eye, alpha, per_task_params=critic, has_aux=True
         )
 
-    def _aggregate_actor_grads(self, params, grads: torch.Tensor, losses: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Aggregate the chosen columns of the ``[T, D]`` matrix into ``.grad``; returns the conflict statistics."""
+    def _aggregate_actor_grads(
+        self, params, grads: torch.Tensor, losses: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Aggregate the chosen columns of the ``[T, D]`` matrix into ``.grad``; returns them and the direction."""
         sizes = [p.numel() for p in params]
         cols = torch.split(grads, sizes, dim=1)
         picked = grads if all(self._aggregated) else torch.cat([c for c, a in zip(cols, self._aggregated) if a], dim=1)
@@ -449,7 +454,7 @@ class MTSAC:
         for p, c, a in zip(params, cols, self._aggregated):
             # parameters outside the aggregation (heads with aggregate="actor_trunk") get the mean-loss gradient
             p.grad.copy_((next(agg_parts) if a else c.mean(0)).view_as(p))
-        return _conflict_stats(picked, direction)
+        return picked, direction
 
     # -- temperatures ---------------------------------------------------------------------
     def _alpha_step(self, logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

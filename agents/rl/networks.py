@@ -190,8 +190,17 @@ class TwinCriticEnsemble(nn.Module):
     ) -> torch.Tensor:
         """Q-values with explicit weights (``[(T,) num_q, in, out]``) for any matching input layout;
         ``norms``: each hidden layer's LayerNorm gain and shift, alternating (none: no LayerNorm)."""
-        # [(T,) 1, B, in] @ [(T,) num_q, in, out] broadcasts to one batched matmul over all members.
-        x = torch.cat([obs, action], dim=-1).unsqueeze(-3)
+        x = torch.cat([obs, action], dim=-1)
+        # one shared critic ([1, num_q, ...]) on a task-grouped batch: the tasks fold into the batch
+        # ([1, T * B, in]), else matmul would copy the weights once per task and sum T weight gradients
+        tasks = x.shape[0] if weights[0].dim() == 4 and weights[0].shape[0] == 1 and x.dim() == 3 else None
+        if tasks is not None:
+            x = x.reshape(1, -1, x.shape[-1])
+        # [(T,) num_q, B, in] @ [(T,) num_q, in, out]: one batched matmul over all members. The input is
+        # expanded over the twins up front: from a broadcast, matmul returns a transposed layout that
+        # the next layer (and, under vmap, the backward) copies
+        lead = torch.broadcast_shapes((*x.shape[:-2], 1), weights[0].shape[:-2])
+        x = x.unsqueeze(-3).expand(*lead, *x.shape[-2:])
         last = len(weights) - 1
         for i, (w, b) in enumerate(zip(weights, biases)):
             x = torch.matmul(x, w) + b
@@ -199,7 +208,8 @@ class TwinCriticEnsemble(nn.Module):
                 if norms:
                     x = layer_norm(x, norms[2 * i], norms[2 * i + 1])
                 x = torch.relu(x)
-        return x.squeeze(-1)
+        q = x.squeeze(-1)
+        return q if tasks is None else q.unflatten(-1, (tasks, -1)).squeeze(0).transpose(0, 1)  # [T, num_q, B]
 
     def per_task_views(self) -> dict[str, torch.Tensor]:
         """The stacked weights by name (task axis first), as per-task inputs for ``vmap`` over tasks."""

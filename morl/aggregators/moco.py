@@ -148,7 +148,7 @@ class MoCo(CallCounters, Aggregator):
             g = g * losses.detach().unsqueeze(1)
         self._ensure_state(g)
         beta, gamma = self.step_sizes()
-        y_new = self.y - beta * (self.y - g)
+        y_new = torch.lerp(self.y, g, beta)  # Y − β(Y − G) in one pass over [K, D]
         if self.y_radius is not None:
             y_new = y_new * torch.clamp(
                 self._radius_on(y_new) / y_new.norm(dim=1, keepdim=True).clamp_min(torch.finfo(g.dtype).tiny), max=1.0

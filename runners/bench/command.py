@@ -33,7 +33,10 @@ def add_arguments(parser) -> None:
         help="aggregators only: time each method next to TorchJD's on the same matrix (CPU, float32)",
     )
     parser.add_argument(
-        "--threads", type=int, default=None, help="torch intra-op threads (default: 1 with --against, else torch's)"
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: 1 for rl and with --against, else torch's)",
     )
     parser.add_argument(
         "--methods",
@@ -76,7 +79,7 @@ def main(args) -> int:
     threads = torch.get_num_threads()
     if getattr(args, "threads", None) is not None:
         torch.set_num_threads(args.threads)
-    elif getattr(args, "against", None):  # side by side: 1 thread unless told otherwise
+    elif getattr(args, "against", None) or args.target == "rl":  # side by side: 1 thread unless told otherwise
         torch.set_num_threads(1)
     try:
         return int(importlib.import_module(TARGETS[args.target]).run(args) or 0)

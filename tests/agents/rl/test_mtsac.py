@@ -357,16 +357,22 @@ def test_update_returns_detached_per_task_tensors():
     assert 0 <= int(out["grad_conflicts"]) <= T * (T - 1) // 2
 
 
-@pytest.mark.parametrize("aggregator", ["mean", "uw"])
+@pytest.mark.parametrize("aggregator", ["mean", "uw", "cagrad", "moco"])
 def test_diagnostics_only_add_the_conflict_statistics(aggregator):
-    # aggregators that need no gradients compute the per-task gradients for the statistics only
+    # aggregators that need no gradients compute the per-task gradients for the statistics only;
+    # the others keep the per-task norms (their finite check) and leave out the pairwise statistics
     loud, quiet = _agent(aggregator), _agent(aggregator)
     for step in range(2):
         out_l, out_q = (
             loud.update(_batch(step), step, diagnostics=True),
             quiet.update(_batch(step), step, diagnostics=False),
         )
-    assert "grad_cos_min" in out_l and "grad_cos_min" not in out_q and "grad_norm_task" not in out_q
+    assert "grad_cos_min" in out_l and "grad_norm_pre" in out_l
+    assert not {"grad_cos_min", "grad_cos_mean", "grad_conflicts", "grad_norm_pre", "grad_norm_post"} & set(out_q)
+    if quiet.aggregator.needs_grads:
+        torch.testing.assert_close(out_q["grad_norm_task"], out_l["grad_norm_task"], rtol=0, atol=0)
+    else:
+        assert "grad_norm_task" not in out_q
     assert all(torch.equal(x, y) for x, y in zip(loud.actor.parameters(), quiet.actor.parameters()))
 
 

@@ -117,3 +117,37 @@ def test_layer_norm_actor_is_torch_layer_norm_before_each_relu():
         x = torch.relu(ln(x @ actor.trunk[i] + actor.trunk[i + 1]))
     torch.testing.assert_close(mean, (x @ actor.head_weight + actor.head_bias)[:, :A])
     assert {"norms.0", "norms.3"} <= set(actor.trunk_parameter_names())  # aggregated with the trunk
+
+
+def _hand_q(weights, biases, task, j, obs, action):
+    """Q-network j of critic ``task`` (its own weights[task, j]) written out layer by layer."""
+    x = torch.cat([obs, action], dim=-1)
+    for i, (w, b) in enumerate(zip(weights, biases)):
+        x = x @ w[task, j] + b[task, j, 0]
+        if i < len(weights) - 1:
+            x = torch.relu(x)
+    return x.squeeze(-1)
+
+
+def test_critics_on_a_task_grouped_batch_per_task_and_shared():
+    """``[T, B, ...]`` in, ``[T, 2, B]`` out: per-task critics give row t critic t's twins on task t's
+    samples; one shared critic (its task axis of size 1) gives every row the same twins, and its
+    weight gradient is the sum over the tasks' samples."""
+    gen = torch.Generator().manual_seed(0)
+    obs, action = torch.randn(T, 5, OBS, generator=gen), torch.randn(T, 5, A, generator=gen)
+    for critics in (T, 1):
+        critic = TwinCriticEnsemble(OBS, A, critics, [16, 16], generator=gen)
+        q = critic(obs, action)
+        assert q.shape == (T, 2, 5)
+        w, b = [p.detach().clone().requires_grad_(True) for p in critic.weights], list(critic.biases)
+        hand = torch.stack(
+            [
+                torch.stack([_hand_q(w, b, t if critics == T else 0, j, obs[t], action[t]) for j in range(2)])
+                for t in range(T)
+            ]
+        )
+        torch.testing.assert_close(q, hand, rtol=1e-6, atol=1e-6)
+        (q * hand.detach()).sum().backward()  # a gradient that differs per task, twin and sample
+        expected = torch.autograd.grad((hand * hand.detach()).sum(), w)
+        for got, ref in zip(critic.weights, expected):
+            torch.testing.assert_close(got.grad, ref, rtol=1e-5, atol=1e-6)
