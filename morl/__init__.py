@@ -14,6 +14,7 @@ _LAZY = {
     "backward": "morl.gradients",
     "per_task_grads": "morl.gradients",
     "batched_task_grads": "morl.gradients",
+    "task_features": "morl.gradients",
 }
 
 
@@ -27,4 +28,13 @@ def __getattr__(name):
     raise AttributeError(f"module 'morl' has no attribute {name!r}")
 
 
-__all__ = ["Aggregator", "available", "build", "backward", "per_task_grads", "batched_task_grads", "__version__"]
+__all__ = [
+    "Aggregator",
+    "available",
+    "build",
+    "backward",
+    "per_task_grads",
+    "batched_task_grads",
+    "task_features",
+    "__version__",
+]

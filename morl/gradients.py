@@ -11,6 +11,9 @@ parameter entries, in the order the parameters are given):
   one batched forward/backward instead of K.
 * the K-backward-pass loop (``batched=False`` in :func:`per_task_grads`), for reference.
 
+:func:`task_features` gives each task its own view of a shared representation z, so that the
+``[K, z.numel()]`` gradients w.r.t. z come from ONE backward of ``Σ_k L_k`` through each head once.
+
 :func:`backward` chains gradients -> aggregator -> ``.grad`` so that any ``torch.optim``
 optimizer can step afterwards ("plug an aggregator into my own loop").
 """
@@ -31,6 +34,8 @@ __all__ = [
     "unflatten",
     "write_grads",
     "per_task_grads",
+    "task_features",
+    "TaskFeatures",
     "backward",
     "batched_task_grads",
 ]
@@ -127,8 +132,15 @@ def per_task_grads(losses: torch.Tensor, params, *, retain_graph: bool = False, 
     the graph without a batching rule) it falls back to K backward passes. Parameters that
     no loss reaches get zero columns; objectives that reach none of them are named in a
     ``UserWarning``. ``retain_graph`` as in ``torch.autograd.grad``.
+
+    ``params=morl.task_features(z, K)``: the ``[K, z.numel()]`` gradients w.r.t. ``z``, row k
+    read at view k, from ONE backward of ``Σ_k L_k`` (each head once, not K one-hot rows
+    through every head); loss k must read ``z`` through view k only (:func:`task_features`).
     """
-    losses, params = _check_losses(losses), _trainable(params)
+    losses = _check_losses(losses)
+    if isinstance(params, TaskFeatures):
+        return _view_rows(losses, params, retain_graph)
+    params = _trainable(params)
     k = losses.shape[0]
     if batched and k > 1:
         eye = torch.eye(k, dtype=losses.dtype, device=losses.device)
@@ -149,6 +161,82 @@ def per_task_grads(losses: torch.Tensor, params, *, retain_graph: bool = False, 
     return _loop_grads(losses, params, retain_graph)
 
 
+class TaskFeatures(tuple):
+    """K views of one shared representation, one per task (made by :func:`task_features`);
+    ``shared`` is the tensor they view."""
+
+    shared: torch.Tensor
+
+
+def task_features(z: torch.Tensor, k: int) -> TaskFeatures:
+    """K views of the shared representation ``z`` (e.g. the trunk output) that autograd keeps
+    apart: feed ``zs[k]`` to task k's head and ``z`` to nothing else. Then
+    ``morl.backward(losses, params, aggregator, features=zs)`` (and ``per_task_grads(losses, zs)``)
+    read the K per-task gradients w.r.t. ``z`` off ONE backward of ``Σ_k L_k``, each head
+    back-propagated once; a plain ``losses.sum().backward()`` still gives ``z`` the summed gradient."""
+    if not isinstance(z, torch.Tensor) or not z.requires_grad:
+        raise ValueError("task_features: z must be a tensor that requires grad (the shared trunk's output)")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"task_features: k must be the number of tasks, an int >= 1, got {k!r}")
+    views = TaskFeatures(z.view_as(z) for _ in range(k))
+    views.shared = z
+    return views
+
+
+def _view_rows(losses: torch.Tensor, views: TaskFeatures, retain_graph: bool) -> torch.Tensor:
+    """Row k = the gradient of ``Σ_j L_j`` at view k, which is ∂L_k/∂z when only L_k reads it."""
+    if len(views) != losses.shape[0]:
+        raise ValueError(f"features: task_features(z, {len(views)}) for {losses.shape[0]} losses; pass k = K")
+    _check_views(losses, views)
+    flat, _ = _flat_grad(losses.sum(), list(views), None, retain_graph)
+    return flat.view(len(views), -1)
+
+
+def _check_views(losses: torch.Tensor, views: TaskFeatures) -> None:
+    """One clear error unless loss k reads z through view k only, the one thing that tells the
+    rows apart. Checked per objective when ``losses`` is a ``torch.stack`` of K scalars, else
+    for the losses together (then a loss reading another task's view is not caught)."""
+    index = {v.grad_fn: k for k, v in enumerate(views)}
+    below = views[0].grad_fn.next_functions[0][0]  # z's own node: reaching it bypasses the views
+    root = losses.grad_fn
+    parts = [n for n, _ in root.next_functions] if root is not None and root.name() == "StackBackward0" else []
+    if len(parts) == len(views):
+        for k, part in enumerate(parts):
+            read = _views_reached(part, index, below)
+            if read != {k}:
+                raise ValueError(
+                    f"features=task_features(z, K): objective {k} reads views {sorted(read)}; "
+                    f"loss k must read view k only (feed zs[k] to task k's head)"
+                )
+        return
+    missed = sorted(set(range(len(views))) - _views_reached(root, index, below))
+    if missed:
+        raise ValueError(
+            f"features=task_features(z, K): views {missed} get no gradient; loss k must read view k "
+            "(feed zs[k] to task k's head)"
+        )
+
+
+def _views_reached(node, index: dict, below) -> set[int]:
+    """The views a walk down the autograd graph from ``node`` reaches; raises if it reaches z directly."""
+    reached, seen, stack = set(), set(), [node]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if node in index:
+            reached.add(index[node])
+        elif node is below:
+            raise ValueError(
+                "features=task_features(z, K): a loss reads z itself, not through a view; "
+                "feed zs[k] to task k's head and z to nothing else"
+            )
+        else:
+            stack.extend(n for n, _ in node.next_functions)
+    return reached
+
+
 def _loop_grads(losses: torch.Tensor, params: list[torch.Tensor], retain_graph: bool) -> torch.Tensor:
     k = losses.shape[0]
     rows = [
@@ -166,7 +254,7 @@ def backward(
     aggregator: Callable,
     *,
     retain_graph: bool = False,
-    features: torch.Tensor | None = None,
+    features: torch.Tensor | TaskFeatures | None = None,
     gramian=False,
     task_params=None,
 ) -> torch.Tensor:
@@ -181,10 +269,13 @@ def backward(
 
     * ``needs_grads`` False (the loss weightings): ONE backward of
       ``aggregator.weighted_loss(losses)``, whatever the options below;
-    * ``features=z`` (any tensor the losses reach the ``params`` through, e.g. the shared
-      trunk's output ``[B, d]``): MGDA-UB's representation gradients (arXiv 1810.04650,
-      Sec. 3.3): the ``[K, z.numel()]`` gradients w.r.t. ``z`` (one batched backward through
-      the heads), aggregated into one gradient of ``z``, back-propagated once into ``params``;
+    * ``features=zs`` (``zs = task_features(z, K)``, head k fed ``zs[k]``) or ``features=z``
+      (any tensor the losses reach the ``params`` through, e.g. the shared trunk's output
+      ``[B, d]``): MGDA-UB's representation gradients (arXiv 1810.04650, Sec. 3.3): the
+      ``[K, z.numel()]`` gradients w.r.t. ``z``, aggregated into one gradient of ``z``,
+      back-propagated once into ``params``. With ``zs`` the rows come from ONE backward of
+      ``Σ_k L_k`` (each head once); with ``z`` from one batched backward of K one-hot rows
+      through every head (K² head backwards: the general form);
     * ``gramian=True`` (Gramian methods only, :class:`~morl.aggregators.GramianAggregator`):
       the exact direction without the ``[K, D]`` matrix: G = J Jᵀ streamed
       (:func:`morl.gramian_tape.streamed_gramian`), the weights w from G, then ONE backward of
@@ -239,8 +330,12 @@ def backward(
 
 def _check_options(aggregator, params, features, gramian, task_params) -> list[torch.Tensor]:
     """One clear error per misuse; returns the task-specific parameters (empty if none)."""
-    if features is not None and (not isinstance(features, torch.Tensor) or not features.requires_grad):
-        raise ValueError("features must be a tensor that requires grad: the shared trunk's output the losses use")
+    z = features.shared if isinstance(features, TaskFeatures) else features
+    if features is not None and (not isinstance(z, torch.Tensor) or not z.requires_grad):
+        raise ValueError(
+            "features must be a tensor that requires grad (the shared trunk's output the losses use) "
+            "or morl.task_features(z, K)"
+        )
     if gramian is not False and gramian is not True and not isinstance(gramian, GramianTape):
         raise ValueError(f"gramian must be False, True or a GramianTape, got {gramian!r}")
     if gramian is not False and features is not None:
@@ -271,26 +366,30 @@ def _raise_unless(ok, grads, losses, params, aggregator, graph_kept: bool) -> No
 
 
 def _flat_grad(output, params, grad_output, retain_graph: bool) -> tuple[torch.Tensor, bool]:
-    """One backward of ``output``; each parameter's gradient is copied into its slice of ONE flat
-    buffer as autograd produces it (so the gradients are never held twice). Returns (flat, reached)."""
+    """One backward of ``output``; each tensor's gradient is copied into its slice of ONE flat
+    buffer as autograd produces it (never held twice). The buffer starts uninitialised (its pages
+    become resident as gradients land, not up front); slices no gradient reaches are zeroed.
+    Returns (flat, reached)."""
     dtype = functools.reduce(torch.promote_types, (p.dtype for p in params))
-    flat = torch.zeros(sum(p.numel() for p in params), dtype=dtype, device=params[0].device)
-    views, reached = unflatten(flat, params), []
+    flat = torch.empty(sum(p.numel() for p in params), dtype=dtype, device=params[0].device)
+    views, reached = unflatten(flat, params), set()
 
-    def keep(view):
+    def keep(i, view):
         def hook(g):
-            reached.append(1)
+            reached.add(i)
             view.copy_(g)
             return view if view.dtype == g.dtype else None  # autograd hands back the view, not g
 
         return hook
 
-    handles = [p.register_hook(keep(v)) for p, v in zip(params, views)]
+    handles = [p.register_hook(keep(i, v)) for i, (p, v) in enumerate(zip(params, views))]
     try:
         torch.autograd.grad(output, params, grad_output, retain_graph=retain_graph, allow_unused=True)
     finally:
         for h in handles:
             h.remove()
+    for i in set(range(len(views))) - reached:
+        views[i].zero_()
     return flat, bool(reached)
 
 
@@ -339,14 +438,17 @@ def _aggregate(grads, losses, aggregator, params, graph_kept: bool) -> torch.Ten
 
 
 def _representation_direction(losses, params, aggregator, retain_graph: bool, features) -> tuple[torch.Tensor, None]:
-    """MGDA-UB: aggregate the ``[K, N]`` gradients w.r.t. ``features``, back-propagate the result once."""
-    rows = per_task_grads(losses, [features], retain_graph=True)  # the heads only: the graph below stays
-    dz = _aggregate(rows, losses, aggregator, [features], True)
+    """MGDA-UB: aggregate the ``[K, N]`` gradients w.r.t. z, back-propagate the result once."""
+    views = isinstance(features, TaskFeatures)
+    at, z = (list(features), features.shared) if views else ([features], features)
+    rows = per_task_grads(losses, features if views else at, retain_graph=True)  # the heads only
+    dz = _aggregate(rows, losses, aggregator, at, True)
     ok = torch.isfinite(dz).all()
     if getattr(aggregator, "check_finite", "raise") == "raise":
-        _raise_unless(ok, rows, losses, [features], aggregator, True)
+        _raise_unless(ok, rows, losses, at, aggregator, True)
+    del rows  # not held through the trunk's backward
     dz = torch.where(ok, dz, torch.zeros((), dtype=dz.dtype, device=dz.device))  # no NaN into the trunk
-    flat, reached = _flat_grad(features, params, dz.view_as(features).to(features.dtype), retain_graph)
+    flat, reached = _flat_grad(z, params, dz.view_as(z).to(z.dtype), retain_graph)
     if not reached:
         warnings.warn("features do not depend on params: the shared parameters get a zero gradient", stacklevel=3)
     return flat, None

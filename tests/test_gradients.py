@@ -9,11 +9,21 @@ path makes, and the non-finite rule of morl.backward.
 import pytest
 import torch
 from torch.func import functional_call
+from torch.utils.flop_counter import FlopCounterMode
 
 import morl
 import morl.gradients
 from morl.aggregators import GramianAggregator, aggregator_class, available, build
-from morl.gradients import backward, batched_task_grads, flatten, per_task_grads, unflatten, write_grads
+from morl.gradients import (
+    TaskFeatures,
+    backward,
+    batched_task_grads,
+    flatten,
+    per_task_grads,
+    task_features,
+    unflatten,
+    write_grads,
+)
 from morl.gramian_tape import GramianTape
 
 K, B, N_IN, N_OUT = 4, 6, 5, 3
@@ -382,11 +392,12 @@ def _three_task_net():
 def _three_losses(model, poison=None, how="loss", inputs=None):
     """Three squared-output losses; objective ``poison`` made non-finite: ``how="loss"`` divides
     it by zero (the loss is inf), ``how="grad"`` adds sqrt(0·Σ out) (the loss stays finite, its
-    gradient is sqrt'(0) · 0 = inf · 0 = NaN)."""
-    out = model(torch.linspace(-1.0, 1.0, 24).reshape(6, 4) if inputs is None else inputs)
-    parts = [(out[:, k] ** 2).mean() + 0.1 for k in range(3)]
+    gradient is sqrt'(0) · 0 = inf · 0 = NaN). ``inputs=task_features(z, 3)``: loss k reads view k."""
+    x = torch.linspace(-1.0, 1.0, 24).reshape(6, 4) if inputs is None else inputs
+    outs = [model(v) for v in x] if isinstance(x, TaskFeatures) else [model(x)] * 3  # views: loss k reads x[k]
+    parts = [(outs[k][:, k] ** 2).mean() + 0.1 for k in range(3)]
     if poison is not None:
-        zero = out[:, poison].sum() * 0.0
+        zero = outs[poison][:, poison].sum() * 0.0
         parts[poison] = parts[poison] / zero.abs() if how == "loss" else parts[poison] + torch.sqrt(zero.abs())
     return torch.stack(parts)
 
@@ -561,11 +572,12 @@ def test_gramian_path_never_allocates_a_per_task_weight_block(k):
 
 
 @pytest.mark.parametrize("mode", ["raise", "skip", "off"])
-@pytest.mark.parametrize("path", ["gramian", "features"])
+@pytest.mark.parametrize("path", ["gramian", "features", "views"])
 @pytest.mark.parametrize("name", ["upgrad", "mgda", "pcgrad", "mean", "graddrop"])
 def test_no_nan_reaches_the_parameters_on_the_gramian_and_features_paths(name, path, mode):
-    """The rule of test_no_nan_reaches_the_parameters_under_any_check_finite_mode, on the two new
-    paths (gramian= for the Gramian methods only); the heads (task_params) are held to it too."""
+    """The rule of test_no_nan_reaches_the_parameters_under_any_check_finite_mode, on the
+    gramian= path (Gramian methods only) and the features= path with a shared z and with
+    task_features views; the heads (task_params) are held to it too."""
     if path == "gramian" and not issubclass(aggregator_class(name), GramianAggregator):
         pytest.skip("gramian= takes Gramian methods only")
     model = _three_task_net()
@@ -575,8 +587,9 @@ def test_no_nan_reaches_the_parameters_on_the_gramian_and_features_paths(name, p
 
     def call(culprit=None, how="loss"):
         z = model[1](model[0](torch.linspace(-1.0, 1.0, 24).reshape(6, 4)))
-        losses = _three_losses(model[2], culprit, how, inputs=z)
-        extra = {"features": z} if path == "features" else {"gramian": True}
+        zs = task_features(z, 3) if path == "views" else z
+        losses = _three_losses(model[2], culprit, how, inputs=zs)
+        extra = {"gramian": True} if path == "gramian" else {"features": zs}
         morl.backward(losses, model[:2], agg, task_params=model[2].parameters(), **extra)
 
     for culprit, how in ((1, "grad"), (2, "loss")):
@@ -682,3 +695,108 @@ def test_features_path_takes_any_aggregator_and_one_batched_backward_through_the
     direction = morl.backward(losses, trunk, build("graddrop"), features=z)
     assert len(calls) == 1 and calls[0][0] is z
     torch.testing.assert_close(direction, expected, rtol=1e-10, atol=1e-12)
+
+
+# -- features=task_features(z, K): the per-task views ---------------------------------------------
+def _view_losses(trunk, heads, x, y, views: bool):
+    """The head losses with head k fed view k of z (``views``) or z itself."""
+    z = trunk(x)
+    zs = task_features(z, len(heads)) if views else [z] * len(heads)
+    losses = torch.stack([((h(zs[k])[:, 0] - y[:, k]) ** 2).mean() for k, h in enumerate(heads)])
+    return losses, z, (zs if views else z)
+
+
+@pytest.mark.parametrize("name", ["mgda", "upgrad", "pcgrad", "cagrad", "mean", "nash_mtl", "trimmed_mean"])
+def test_task_features_give_the_shared_z_direction_and_the_per_task_reference(gen, name):
+    """Head k fed view k: the direction and every .grad equal the shared-z path's and a reference
+    from K separate backward passes to z (the aggregator on those rows, one vector-Jacobian
+    product into the trunk; heads: the summed loss's gradient)."""
+    x, y = torch.randn(B, N_IN, generator=gen, dtype=torch.float64), torch.randn(B, K, generator=gen)
+    trunk, heads = _trunk_heads(seed=2)
+    losses, z, _ = _view_losses(trunk, heads, x, y, views=False)
+    rows = torch.stack([torch.autograd.grad(losses[k], z, retain_graph=True)[0].reshape(-1) for k in range(K)])
+    dz = build(name)(rows, losses.detach()).view_as(z)
+    expected = flatten(torch.autograd.grad(z, list(trunk.parameters()), dz, retain_graph=True))
+    expected_heads = flatten(torch.autograd.grad(losses.sum(), list(heads.parameters())))
+    got = {}
+    for views in (False, True):
+        trunk.zero_grad(set_to_none=True), heads.zero_grad(set_to_none=True)
+        losses, _, feats = _view_losses(trunk, heads, x, y, views)
+        direction = morl.backward(losses, trunk, build(name), features=feats, task_params=heads.parameters())
+        got[views] = direction.clone(), flatten(p.grad for p in heads.parameters())
+        assert float(direction.abs().max()) > 1e-3
+        torch.testing.assert_close(direction, expected, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(flatten(p.grad for p in trunk.parameters()), expected, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(got[views][1], expected_heads, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got[True][0], got[False][0], rtol=1e-12, atol=1e-14)
+
+
+def test_task_features_backpropagate_each_head_once(gen):
+    """The cost claim, in multiply-adds counted by torch's FlopCounterMode: the rows w.r.t. the
+    views take K head backwards (head k: ∂L_k/∂z = g_k w_kᵀ, 2·B·d flops), the shared z's
+    batched backward K² (every one-hot row through every head)."""
+    x, y = torch.randn(B, N_IN, generator=gen, dtype=torch.float64), torch.randn(B, K, generator=gen)
+    trunk, heads = _trunk_heads()
+    d = heads[0].in_features
+    flops = {}
+    for views in (False, True):
+        losses, z, feats = _view_losses(trunk, heads, x, y, views)
+        with FlopCounterMode(display=False) as counter:
+            rows = per_task_grads(losses, feats if views else [z])
+        flops[views] = counter.get_total_flops()
+        assert rows.shape == (K, B * d)
+    assert flops == {True: K * 2 * B * d, False: K * K * 2 * B * d}
+
+
+def test_task_features_plain_backward_gives_z_the_summed_gradient(gen):
+    x, y = torch.randn(B, N_IN, generator=gen, dtype=torch.float64), torch.randn(B, K, generator=gen)
+    trunk, heads = _trunk_heads()
+    grads = []
+    for views in (False, True):
+        trunk.zero_grad(set_to_none=True)
+        _view_losses(trunk, heads, x, y, views)[0].sum().backward()
+        grads.append(flatten(p.grad for p in trunk.parameters()))
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-12, atol=1e-14)
+
+
+def test_task_features_misuse_gives_one_clear_error(gen):
+    """Loss k must read z through view k only: a swapped view is named per objective when the
+    losses are a torch.stack, a view no loss reads otherwise; z read directly, a view count
+    other than K and a bad k are refused."""
+    x, y = torch.randn(B, N_IN, generator=gen, dtype=torch.float64), torch.randn(B, K, generator=gen)
+    trunk, heads = _trunk_heads()
+
+    def losses_from(pick, stack=True):
+        z = trunk(x)
+        zs = task_features(z, K)
+        parts = [((h(pick(zs, z, k))[:, 0] - y[:, k]) ** 2).mean() for k, h in enumerate(heads)]
+        return (torch.stack(parts) if stack else torch.stack(parts) * 1.0), zs
+
+    cases = [
+        (lambda zs, z, k: zs[(k + 1) % K], True, r"objective 0 reads views \[1\]; loss k must read view k only"),
+        (lambda zs, z, k: zs[0], False, r"views \[1, 2, 3\] get no gradient"),
+        (lambda zs, z, k: z if k == 2 else zs[k], True, "a loss reads z itself, not through a view"),
+        (lambda zs, z, k: z if k == 2 else zs[k], False, "a loss reads z itself, not through a view"),
+    ]
+    for pick, stack, message in cases:
+        losses, zs = losses_from(pick, stack)
+        with pytest.raises(ValueError, match=message):
+            morl.backward(losses, trunk, build("mgda"), features=zs)
+        assert all(p.grad is None for p in trunk.parameters())
+    losses, _ = losses_from(lambda zs, z, k: zs[k])
+    with pytest.raises(ValueError, match=r"task_features\(z, 3\) for 4 losses; pass k = K"):
+        per_task_grads(losses, task_features(trunk(x), 3))
+    with pytest.raises(ValueError, match="k must be the number of tasks, an int >= 1, got 0"):
+        task_features(trunk(x), 0)
+    with pytest.raises(ValueError, match="z must be a tensor that requires grad"):
+        task_features(x, K)
+
+
+@pytest.mark.parametrize("culprit", [1, 2])
+def test_task_features_raise_names_the_culprit(culprit):
+    """Under "raise" the error names the objective whose loss or gradient is non-finite."""
+    model = _three_task_net()
+    for how, what in (("loss", "loss"), ("grad", "gradient")):
+        zs = task_features(model[1](model[0](torch.linspace(-1.0, 1.0, 24).reshape(6, 4))), 3)
+        with pytest.raises(ValueError, match=rf"^objective {culprit} has a non-finite {what}"):
+            morl.backward(_three_losses(model[2], culprit, how, inputs=zs), model[:2], build("upgrad"), features=zs)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from morl.gradients import per_task_grads, write_grads
+from morl.gradients import per_task_grads, task_features, write_grads
 from morl.tasks import TaskSpec  # re-exported: the learner takes specs
 
 __all__ = ["TaskSpec", "MultiTaskLoss", "MultiHeadMLP", "SupervisedMTL"]
@@ -138,6 +138,15 @@ def _shared_module(model: nn.Module, shared) -> nn.Module:
     return names[name]
 
 
+def _head_list(model: nn.Module, heads) -> nn.ModuleList:
+    """The task heads (a ModuleList or the name of one in ``model``)."""
+    found = dict(model.named_modules()).get(heads) if isinstance(heads, str) else heads
+    if not isinstance(found, nn.ModuleList) or not len(found):
+        got = repr(heads) if isinstance(heads, str) else type(heads).__name__
+        raise ValueError(f"heads must be a non-empty nn.ModuleList of the model or its name (e.g. 'heads'), got {got}")
+    return found
+
+
 class SupervisedMTL:
     """Train ``model`` on K tasks with ``aggregator`` combining the shared-parameter gradients.
 
@@ -168,6 +177,12 @@ class SupervisedMTL:
             ``"trunk"``; z is captured by a forward hook), and that one gradient of z is
             back-propagated once through the trunk. Cheaper for a large trunk; an approximation
             of the exact direction (docs/aggregators.md). :attr:`last_task_grads` stays None.
+        heads: the K task heads, head k producing task k's output, each called once on the shared
+            module's output: an ``nn.ModuleList`` or its name (e.g. ``"heads"``). With
+            ``grad_wrt="features"``, head k is fed its own view of z (:func:`morl.task_features`),
+            so the K rows come from one backward through each head; without it, one batched
+            backward sends K one-hot rows through every head (K² head backwards). Unused with
+            ``grad_wrt="params"``.
     """
 
     def __init__(
@@ -182,6 +197,7 @@ class SupervisedMTL:
         max_grad_norm: float | None = None,
         keep_task_grads: bool = False,
         grad_wrt: str = "params",
+        heads: nn.ModuleList | str | None = None,
     ) -> None:
         self.model = model
         self.aggregator = aggregator
@@ -192,12 +208,16 @@ class SupervisedMTL:
         self.keep_task_grads = keep_task_grads
         self.grad_wrt = grad_wrt
         self._features: torch.Tensor | None = None
+        self._heads = _head_list(model, heads) if heads is not None else None
+        self._views, self._fed = None, set()
         if grad_wrt == "features":
             if keep_task_grads:
                 raise ValueError(
                     "grad_wrt='features' has no [K, D] shared gradients to keep: keep_task_grads must be False"
                 )
             _shared_module(model, shared).register_forward_hook(self._keep_features)
+            for k, head in enumerate(self._heads or ()):
+                head.register_forward_pre_hook(self._feed_view(k))
         elif grad_wrt != "params":
             raise ValueError(f"grad_wrt={grad_wrt!r} is not valid; allowed: params, features")
         names = task_names or getattr(loss_fn, "task_names", None)
@@ -332,15 +352,32 @@ class SupervisedMTL:
         return out
 
     def _keep_features(self, module: nn.Module, inputs, output) -> None:
-        self._features = output if torch.is_grad_enabled() and isinstance(output, torch.Tensor) else None
+        recorded = torch.is_grad_enabled() and isinstance(output, torch.Tensor) and output.requires_grad
+        self._features = output if recorded else None
+        self._views = task_features(output, len(self._heads)) if recorded and self._heads is not None else None
+        self._fed = set()
+
+    def _feed_view(self, k: int):
+        """Forward pre-hook of head k: its own view of z in place of z (morl.task_features)."""
+
+        def hook(module: nn.Module, args):
+            if self._views is not None and args and args[0] is self._views.shared:
+                self._fed.add(k)
+                return (self._views[k], *args[1:])
+            return None
+
+        return hook
 
     def _representation_step(self, wl: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """([K, N] gradients w.r.t. the trunk output z, the shared direction [D]): the aggregate
         of the rows is back-propagated once through the trunk (NaN in it is not)."""
-        z, self._features = self._features, None
+        z, views, self._features, self._views = self._features, self._views, None, None
         if z is None or not z.requires_grad:
             raise ValueError("grad_wrt='features': the shared module's output was not recorded in this forward pass")
-        rows = per_task_grads(wl, [z], retain_graph=True)
+        if views is not None and len(self._fed) != len(views):
+            missed = sorted(set(range(len(views))) - self._fed)
+            raise ValueError(f"grad_wrt='features': heads {missed} were not called on the shared module's output")
+        rows = per_task_grads(wl, [z] if views is None else views, retain_graph=True)
         dz = self.aggregator(rows, wl.detach()) if hasattr(self.aggregator, "needs_losses") else self.aggregator(rows)
         dz = torch.where(_all_finite([dz]), dz, torch.zeros((), dtype=dz.dtype, device=dz.device))
         got = torch.autograd.grad(z, self.shared_params, dz.view_as(z), allow_unused=True)

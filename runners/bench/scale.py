@@ -55,11 +55,16 @@ def build(model: str, quick: bool, k: int):
     return trunk, heads, x, torch.randn(x.shape[0], k)
 
 
-def _losses(trunk, heads, x, y):
+def _losses(trunk, heads, x, y, views: bool = False):
+    """(losses [K], z); ``views``: head k reads its own view of z, returned in place of z."""
     import torch
 
+    import morl
+
     z = trunk(x)
-    return torch.stack([((h(z)[:, 0] - y[:, i]) ** 2).mean() for i, h in enumerate(heads)]), z
+    zs = morl.task_features(z, len(heads)) if views else [z] * len(heads)
+    losses = torch.stack([((h(zs[i])[:, 0] - y[:, i]) ** 2).mean() for i, h in enumerate(heads)])
+    return losses, (zs if views else z)
 
 
 def _step_fn(method: str, trunk, heads, x, y):
@@ -75,8 +80,8 @@ def _step_fn(method: str, trunk, heads, x, y):
     if method in ("rows", "features"):
 
         def step():
-            losses, z = _losses(trunk, heads, x, y)
-            feats = z if method == "features" else None
+            losses, zs = _losses(trunk, heads, x, y, views=method == "features")
+            feats = zs if method == "features" else None
             morl.backward(losses, shared, agg, features=feats, task_params=own)
 
         return step

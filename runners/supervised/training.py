@@ -66,6 +66,7 @@ def build(cfg, device):
         max_grad_norm=cfg.max_grad_norm,
         keep_task_grads=order.needs_gradients,
         grad_wrt=cfg.grad_wrt,
+        heads="heads",  # MultiHeadMLP: grad_wrt=features feeds head k its own view of the trunk output
     )
     return data, adapter, order
 

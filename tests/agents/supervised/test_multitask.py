@@ -6,6 +6,7 @@ import io
 import pytest
 import torch
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 from morl.agents.supervised.multitask import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
 from morl.aggregators import build
@@ -257,8 +258,10 @@ def manual_representation_step(net, agg, x, y, lr):
             p -= lr * g
 
 
+@pytest.mark.parametrize("heads", [None, "heads"])
 @pytest.mark.parametrize("agg_name", ["mgda", "pcgrad", "upgrad"])
-def test_grad_wrt_features_step_equals_the_representation_gradient_reference(agg_name):
+def test_grad_wrt_features_step_equals_the_representation_gradient_reference(agg_name, heads):
+    """With the shared z and with heads= (head k fed its own view of z): the same step."""
     x, y = batch()
     net, ref = model(), model()
     mtl = SupervisedMTL(
@@ -268,6 +271,7 @@ def test_grad_wrt_features_step_equals_the_representation_gradient_reference(agg
         shared="trunk",
         loss_fn=MultiTaskLoss(SPECS),
         grad_wrt="features",
+        heads=heads,
     )
     mtl.step((x, y))
     manual_representation_step(ref, build(agg_name), x, y, 0.1)
@@ -279,6 +283,46 @@ def test_grad_wrt_features_step_equals_the_representation_gradient_reference(agg
     assert agg_name == "pcgrad" or any(
         not torch.allclose(p, q) for p, q in zip(net.trunk.parameters(), exact.trunk.parameters())
     )
+
+
+def test_grad_wrt_features_with_heads_backpropagates_each_head_once():
+    """The step's multiply-adds (torch's FlopCounterMode): with heads= the K rows w.r.t. z take
+    one backward per head (head k: 2·B·c_k·d for ∂L_k/∂z, c_k its outputs), without it every
+    head meets all K one-hot rows; the rest of the step is the same."""
+    x, y = batch()
+    flops = {}
+    for heads in (None, "heads"):
+        net = model()
+        mtl = SupervisedMTL(
+            net,
+            build("mgda"),
+            torch.optim.SGD(net.parameters(), lr=0.1),
+            shared="trunk",
+            loss_fn=MultiTaskLoss(SPECS),
+            grad_wrt="features",
+            heads=heads,
+        )
+        with FlopCounterMode(display=False) as counter:
+            mtl.step((x, y))
+        flops[heads] = counter.get_total_flops()
+    one_pass = sum(2 * x.shape[0] * s.out_dim * 6 for s in SPECS)  # z is [B, 6]
+    assert flops[None] - flops["heads"] == (len(SPECS) - 1) * one_pass
+
+
+def test_grad_wrt_features_with_heads_refuses_a_head_not_fed_the_trunk_output():
+    class Detour(MultiHeadMLP):
+        def forward(self, x):
+            z = self.trunk(x)
+            return [head(z if k else z * 1.0) for k, head in enumerate(self.heads)]
+
+    torch.manual_seed(0)
+    net = Detour(5, [8, 6], SPECS).double()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    mtl = SupervisedMTL(net, build("mgda"), opt, "trunk", MultiTaskLoss(SPECS), grad_wrt="features", heads="heads")
+    with pytest.raises(ValueError, match=r"heads \[0\] were not called on the shared module's output"):
+        mtl.step(batch())
+    with pytest.raises(ValueError, match="heads must be a non-empty nn.ModuleList of the model or its name"):
+        SupervisedMTL(net, build("mgda"), opt, "trunk", grad_wrt="features", heads="trunk")
 
 
 def test_grad_wrt_errors_name_what_is_allowed():
@@ -294,7 +338,8 @@ def test_grad_wrt_errors_name_what_is_allowed():
         SupervisedMTL(net, build("mgda"), opt, shared="trunk", grad_wrt="features", keep_task_grads=True)
 
 
-def test_grad_wrt_features_skips_a_nan_step():
+@pytest.mark.parametrize("heads", [None, "heads"])
+def test_grad_wrt_features_skips_a_nan_step(heads):
     x, y = batch()
     x[0, 0] = float("nan")
     net = model()
@@ -306,6 +351,7 @@ def test_grad_wrt_features_skips_a_nan_step():
         shared="trunk",
         loss_fn=MultiTaskLoss(SPECS),
         grad_wrt="features",
+        heads=heads,
     )
     mtl.step((x, y))
     assert int(mtl.nonfinite_steps) == 1

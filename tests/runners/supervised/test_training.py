@@ -142,7 +142,13 @@ def test_grad_wrt_features_reaches_the_adapter_and_trains():
         ]
     )
     assert adapter.grad_wrt == "features"
+    seen = {}  # each head is fed its own view of the trunk output (morl.task_features), not z itself
+    adapter.model.trunk.register_forward_hook(lambda m, a, out: seen.update(z=out))
+    for k, head in enumerate(adapter.model.heads):
+        head.register_forward_pre_hook(lambda m, a, k=k: seen.update({k: a[0]}))
     x, y = data.train
     losses = torch.stack([sup.train_epoch(adapter, order, x, y) for _ in range(3)])
     assert torch.isfinite(losses).all() and losses[-1].sum() < losses[0].sum()
     assert adapter.last_task_grads is None
+    views = [seen[k] for k in range(len(adapter.model.heads))]
+    assert all(v is not seen["z"] and v.data_ptr() == seen["z"].data_ptr() for v in views)
