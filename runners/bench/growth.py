@@ -9,7 +9,9 @@ are the median times and the median of the per-pair ratios. Goal: the size ratio
   task, Meta-World's observation 39 + T one-hot and 4 actions) at T = 10 and 50 tasks.
 * ``FL round``: one round of the in-process federated simulator (``agents/federated``;
   the synthetic config's data and logistic-regression model, m = 5 models, 12 local steps of
-  batch 20) with 100 and 1,000 clients; MosT without FedAvg warm-up rounds.
+  batch 20) with 100 and 1,000 clients: ``fedavg``, MosT with ``combine: linear`` as in
+  configs/fl_synthetic_most.yaml (``most_linear``) or Algorithm 1's Γ-weighted MGDA
+  (``most_mgda``), both without FedAvg warm-up rounds, and plain ``mgda`` over the clients.
 * ``supervised step``: one ``SupervisedMTL.step`` (MLP 64 → 256 → 256, K linear regression
   heads, MGDA) at K = 4 and 40, each task's loss over 64 rows: one ``shared`` batch of 64 rows
   with K targets, or ``per-task`` batches (``task_index``: K × 64 rows, task k on its own 64).
@@ -86,7 +88,7 @@ def supervised_step(num_tasks: int, method: str, sizes: dict):
 
 CASES = (
     *(("MT-SAC update", "T", agg, mtsac_update) for agg in ("mean", "cagrad", "pcgrad", "upgrad")),
-    *(("FL round", "n", s, fl_round) for s in ("fedavg", "most", "most_mgda", "mgda")),
+    *(("FL round", "n", s, fl_round) for s in ("fedavg", "most_linear", "most_mgda", "mgda")),
     *(
         ("supervised step", "K", f"{w}, {kind}", supervised_step)
         for kind in ("shared", "per-task")
