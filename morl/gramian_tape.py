@@ -11,7 +11,9 @@ produces it, G = Σ_b J_b J_bᵀ, freeing the block at once:
   per-objective gradients of its output Δ_k ``[N, out]``, a Linear weight gives
   G_kl += ⟨a aᵀ, Δ_k Δ_lᵀ⟩ (TorchJD's "autogram" idea, arXiv 2406.16232), or, when N is large,
   its rows in slices of output units, J_s = Δ_{k,s}ᵀ a; a convolution its weight rows in slices
-  of output channels from the convolution's weight gradient; a bias G_kl += (Σ_n Δ_k)·(Σ_n Δ_l).
+  of output channels from the convolution's weight gradient; a bias G_kl += (Σ_n Δ_k)·(Σ_n Δ_l);
+* before the backward, one walk of the losses' autograd graph checks that every use of a
+  recorded weight or bias is a recorded call (anything else would be missing from G).
 
 Autograd hands a hook inside ``vmap`` one row at a time; :class:`_Fold`'s ``vmap`` rule is where
 the K rows are seen together.
@@ -50,12 +52,15 @@ class _Fold(torch.autograd.Function):
 
 
 class _Calls:
-    """What the tape saw of one layer: its inputs, the anchors its outputs hang on, the Δs so far."""
+    """What the tape saw of one layer: its inputs, the anchors its outputs hang on, the autograd
+    nodes of each call (anchored output, layer output, input), the Δs so far and how many will come."""
 
     def __init__(self) -> None:
         self.inputs: list[torch.Tensor] = []
         self.anchors: list[torch.Tensor] = []
+        self.nodes: list[tuple] = []
         self.deltas: dict[int, torch.Tensor] = {}
+        self.expected = 0
 
 
 class GramianTape:
@@ -63,9 +68,10 @@ class GramianTape:
     ``with tape:``, for ``morl.backward(..., gramian=tape)``. Each recorded output is returned as
     ``output + 0`` (a zero scalar that needs grad): that anchor is what the Gramian's backward
     aims at, so autograd computes the gradients of the layer outputs and never the weights'.
-    A layer called several times (weight sharing) is handled; a weight also used outside its
-    layer (tied to another module) is not: leave that model off the tape. Records last until
-    the next ``with tape:``."""
+    A layer called several times (weight sharing) is handled. A recorded layer's weight or bias
+    that the losses also reach another way (tied to another module, or a forward outside the
+    latest ``with tape:``) is refused by ``morl.backward`` with one error: G would miss that use.
+    Records last until the next ``with tape:``."""
 
     def __init__(self, model: nn.Module) -> None:
         if not isinstance(model, nn.Module):
@@ -96,6 +102,7 @@ class GramianTape:
         calls.inputs.append(inputs[0].detach())
         calls.anchors.append(anchor)
         out = output + anchor
+        calls.nodes.append((out.grad_fn, output.grad_fn, inputs[0].grad_fn))
         out.register_hook(lambda delta: self._on_delta(module, index, delta))
         return out
 
@@ -124,7 +131,7 @@ class _Stream:
     def layer(self, calls_of: dict, module: nn.Module, index: int, rows: torch.Tensor) -> None:
         calls = calls_of[module]
         calls.deltas[index] = rows
-        if len(calls.deltas) == len(calls.inputs):
+        if len(calls.deltas) == calls.expected:
             self.flush(module, calls)
 
     def flush(self, module: nn.Module, calls: _Calls) -> None:
@@ -149,7 +156,7 @@ def _linear_weight(stream: _Stream, module: nn.Linear, a: list, d: list) -> None
     a = torch.cat([x.reshape(-1, module.in_features) for x in a]).to(stream.gram.dtype)  # [N, in]
     d = torch.cat([x.reshape(k, -1, out) for x in d], dim=1)  # [K, N, out]
     n, width = a.shape
-    if n * n * (k * out + width) <= k * n * width * out:  # ⟨a aᵀ, Δ_k Δ_lᵀ⟩ is the cheaper product
+    if _kernel_is_cheaper(n, k, width, out):
         kernel, flat = a @ a.T, d.reshape(k, -1)
         chunk = max(1, k // 8)  # (a aᵀ) Δ for a few tasks at a time: no second [K, N, out]
         for c in range(0, k, chunk):
@@ -161,23 +168,78 @@ def _linear_weight(stream: _Stream, module: nn.Linear, a: list, d: list) -> None
         stream.add(torch.einsum("kno,ni->koi", d[:, :, s : s + step], a))
 
 
-def _conv_weight(stream: _Stream, module: nn.Module, a: list, d: list) -> None:
-    k, out = d[0].shape[0], module.out_channels
-    a = torch.cat(a).to(stream.gram.dtype)  # calls stacked along the batch
-    d = torch.cat(d, dim=1)  # [K, B, out, *positions]
-    step = max(1, out // k) if module.groups == 1 else out  # grouped: whole weight at once
-    w = module.weight.detach().to(stream.gram.dtype)
-    spatial = [0] * (a.dim() - 2)
+def _kernel_is_cheaper(n: int, k: int, width: int, out: int) -> bool:
+    """⟨a aᵀ, Δ_k Δ_lᵀ⟩ (N²(K·out + in) multiply-adds) against the K weight gradients (K·N·in·out)."""
+    return n * n * (k * out + width) <= k * n * width * out
 
-    def weight_grad(delta: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+
+def _conv_weight(stream: _Stream, module: nn.Module, a: list, d: list) -> None:
+    out = module.out_channels
+    step = max(1, out // d[0].shape[0]) if module.groups == 1 else out  # grouped: whole weight at once
+    w = module.weight.detach().to(stream.gram.dtype)
+    a, spatial = [x.to(w.dtype) for x in a], [0] * (a[0].dim() - 2)
+
+    def weight_grad(delta: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         mask = [False, True, False]
         return torch.ops.aten.convolution_backward(
-            delta, a, weight, None, module.stride, module.padding, module.dilation, False, spatial, module.groups, mask
+            delta, x, weight, None, module.stride, module.padding, module.dilation, False, spatial, module.groups, mask
         )[1]
 
-    for s in range(0, out, step):
+    per_task = torch.vmap(weight_grad, in_dims=(0, None, None))
+    for s in range(0, out, step):  # the calls one by one: their inputs may differ in size
         weight = w[s : s + step]
-        stream.add(torch.vmap(weight_grad, in_dims=(0, None))(d[:, :, s : s + step], weight))
+        stream.add(sum(per_task(x[:, :, s : s + step], y, weight) for x, y in zip(d, a)))
+
+
+def _check_tape(losses: torch.Tensor, tape: GramianTape, covered: dict) -> None:
+    """One error if the tape cannot give G: it recorded no layer of ``params``, or the losses reach
+    a recorded weight or bias through an autograd node outside the recorded calls (that use
+    would be missing from G). Sets how many Δs each layer will receive (its calls the losses reach)."""
+    name = {m: f"{n or 'the model'} ({type(m).__name__})" for n, m in tape.model.named_modules()}
+    if not covered:
+        raise ValueError(
+            "gramian=tape: the tape recorded no call of a Linear/Conv layer whose weight is in params; run the "
+            "forward that builds the losses inside `with tape:`, or pass gramian=True"
+        )
+    owner = {}  # the AccumulateGrad node of each recorded weight and bias -> its layer
+    with torch.enable_grad():
+        for m, with_bias in covered.items():
+            for t in (m.weight, m.bias) if with_bias else (m.weight,):
+                owner[t.view_as(t).grad_fn.next_functions[0][0]] = m
+    inside = {}  # autograd node of a recorded call -> its layer: from the layer output down to its input
+    for m in covered:
+        for _, out_fn, in_fn in tape.calls[m].nodes:
+            _walk(out_fn, lambda node, m=m: node is not in_fn and inside.setdefault(node, m) is m)
+    reached = set()
+
+    def visit(node) -> bool:
+        for nxt, _ in node.next_functions:
+            if nxt in owner and inside.get(node) is not owner[nxt]:
+                raise ValueError(
+                    f"gramian=tape: the losses use the weight or bias of layer {name.get(owner[nxt], 'a layer')} "
+                    "outside the calls recorded in the latest `with tape:` (a forward outside or before it, or "
+                    "the tensor shared with another module or op); run the whole forward inside one `with "
+                    "tape:`, or pass gramian=True"
+                )
+        reached.add(node)
+        return True
+
+    _walk(losses.grad_fn, visit)
+    for m in covered:
+        tape.calls[m].expected = sum(anchored in reached for anchored, _, _ in tape.calls[m].nodes)
+
+
+def _walk(root, enter: Callable) -> None:
+    """Depth-first over the autograd graph below ``root``, each node once; ``enter(node)`` False
+    stops the walk there."""
+    seen, stack = set(), [root]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if enter(node):
+            stack.extend(n for n, _ in node.next_functions)
 
 
 def streamed_gramian(
@@ -191,6 +253,8 @@ def streamed_gramian(
     ids = {id(p) for p in params}
     recorded = tape.calls if tape is not None else {}
     covered = {m: m.bias is not None and id(m.bias) in ids for m in recorded if id(m.weight) in ids}
+    if tape is not None:
+        _check_tape(losses, tape, covered)
     taken = {id(t) for m, with_bias in covered.items() for t in ([m.weight, m.bias] if with_bias else [m.weight])}
     rest = [p for p in params if id(p) not in taken]
     anchors = [a for m in covered for a in tape.calls[m].anchors]

@@ -52,6 +52,11 @@ def add_arguments(parser) -> None:
         help="with --against: comma-separated D values, e.g. 344008 (MT10's actor) or 1e6 (default: 1e4,1e6; --quick 1e3)",
     )
     parser.add_argument(
+        "--growth",
+        action="store_true",
+        help="scale only: time growth from MT10 to MT50, 100 to 1,000 FL clients, 4 to 40 supervised tasks",
+    )
+    parser.add_argument(
         "--check-finite",
         choices=("raise", "skip", "off"),
         default=None,
@@ -69,6 +74,8 @@ def main(args) -> int:
         raise UserError("--against applies to `morl bench aggregators` only")
     if getattr(args, "check_finite", None) and not getattr(args, "against", None):
         raise UserError("--check-finite applies with --against only")
+    if getattr(args, "growth", False) and args.target != "scale":
+        raise UserError("--growth applies to `morl bench scale` only")
     for opt in ("methods", "ks", "ds"):
         if getattr(args, opt, None) is not None and not getattr(args, "against", None):
             raise UserError(f"--{opt} applies with --against only")

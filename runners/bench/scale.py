@@ -1,7 +1,7 @@
 """``morl bench scale``: time and peak memory of one multi-task training step as the model grows.
 
 Models: a ReLU MLP trunk and a VGG-style CNN trunk of about 36M parameters each (``--quick``:
-about 0.3M), K linear regression heads. Each step is the forward, the backward and ``.grad``
+about 0.1M), K linear regression heads. Each step is the forward, the backward and ``.grad``
 written (no optimizer), with MGDA: ``plain`` (one backward of Σ_k L_k, the reference), ``rows``
 (morl's ``[K, D]`` path), ``features`` (MGDA-UB representation gradients), ``gramian``
 (``gramian=GramianTape``), and TorchJD's ``autojac`` (``mtl_backward`` + ``jac_to_grad``) and
@@ -13,6 +13,8 @@ the OS): after a warm-up step and with ``.grad`` unset, the peak is the process'
 high-water mark (``VmHWM``, reset through ``/proc/self/clear_refs``) during the step minus the
 resident set before it, i.e. what the step adds to a model and batch already in memory; the
 time is the median step. Cells whose ``[K, D]`` matrix alone would pass ``--max-gb`` are skipped.
+``--quick`` runs every cell in this process (a smoke run: its memory figures are rough).
+``--growth`` measures :mod:`morl.runners.bench.growth` instead.
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ def measure_cell(model: str, method: str, k: int, quick: bool, repeats: int) -> 
         elapsed = time.perf_counter() - start
         if i:  # the first call is a warm-up
             times.append(elapsed)
-            peaks.append(_status("VmHWM") - before)
+            peaks.append(max(0, _status("VmHWM") - before))
     d = sum(p.numel() for p in trunk.parameters())
     return {
         "seconds": statistics.median(times),
@@ -179,9 +181,21 @@ def _has_torchjd() -> bool:
     return importlib.util.find_spec("torchjd") is not None
 
 
-def measure(quick: bool, ks=None, models=None, max_gb: float = 6.0, methods=METHODS, report=None) -> list[dict]:
-    """Every (model, K, method) cell; ``report(row)`` is called as each one finishes."""
+def _in_process(model: str, method: str, k: int, quick: bool, repeats: int) -> dict:
+    try:
+        return measure_cell(model, method, k, quick, repeats)
+    except Exception as error:  # noqa: BLE001 -- a failing cell is reported in its row
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+def measure(
+    quick: bool, ks=None, models=None, max_gb: float = 6.0, methods=METHODS, report=None, fresh=None
+) -> list[dict]:
+    """Every (model, K, method) cell; ``report(row)`` is called as each one finishes. ``fresh``
+    (default: not ``quick``) runs each cell in a fresh process; otherwise all in this one, which
+    is fast but makes the memory figures rough (freed memory may stay with the process)."""
     sizes = QUICK if quick else FULL
+    cell = _in_child if (not quick if fresh is None else fresh) else _in_process
     rows = []
     for model in models or sizes["models"]:
         d = sum(p.numel() for p in build(model, quick, 1)[0].parameters())
@@ -194,12 +208,12 @@ def measure(quick: bool, ks=None, models=None, max_gb: float = 6.0, methods=METH
                 elif method in ("rows", "autojac") and 2 * k * d * 4 > max_gb * 1e9:
                     row["error"] = f"skipped: [K, D] matrix twice over {max_gb:g} GB"
                 else:
-                    row.update(_in_child(model, method, k, quick, sizes["repeats"]))
+                    row.update(cell(model, method, k, quick, sizes["repeats"]))
                 if method == "plain" and "error" not in row:
                     plain = row
                 if plain is not None and "error" not in row:
                     row["time_ratio"] = row["seconds"] / plain["seconds"]
-                    row["memory_ratio"] = row["peak_bytes"] / plain["peak_bytes"]
+                    row["memory_ratio"] = row["peak_bytes"] / plain["peak_bytes"] if plain["peak_bytes"] else None
                 rows.append(row)
                 if report is not None:
                     report(row)
@@ -217,16 +231,22 @@ def format_table(rows: list[dict]) -> str:
         if "error" in r:
             lines.append(f"{head} {r['error']} | | | |")
         else:
+            memory = r.get("memory_ratio", 1.0)
             lines.append(
                 f"{head} {r['seconds']:.3f} | {r.get('time_ratio', 1.0):.2f} | "
-                f"{r['peak_bytes'] / 2**20:.0f} | {r.get('memory_ratio', 1.0):.2f} |"
+                f"{r['peak_bytes'] / 2**20:.0f} | {'–' if memory is None else f'{memory:.2f}'} |"
             )
     return "\n".join(lines)
 
 
 def run(args) -> int:
-    rows = measure(args.quick, report=lambda row: print(json.dumps(row), flush=True))
-    print(format_table(rows))
+    measure_rows, table = measure, format_table
+    if getattr(args, "growth", False):
+        from morl.runners.bench import growth
+
+        measure_rows, table = growth.measure, growth.format_table
+    rows = measure_rows(args.quick, report=lambda row: print(json.dumps(row), flush=True))
+    print(table(rows))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)
