@@ -177,12 +177,14 @@ class SupervisedMTL:
             ``"trunk"``; z is captured by a forward hook), and that one gradient of z is
             back-propagated once through the trunk. Cheaper for a large trunk; an approximation
             of the exact direction (docs/aggregators.md). :attr:`last_task_grads` stays None.
-        heads: the K task heads, head k producing task k's output, each called once on the shared
-            module's output: an ``nn.ModuleList`` or its name (e.g. ``"heads"``). With
-            ``grad_wrt="features"``, head k is fed its own view of z (:func:`morl.task_features`),
-            so the K rows come from one backward through each head; without it, one batched
-            backward sends K one-hot rows through every head (K² head backwards). Unused with
-            ``grad_wrt="params"``.
+        heads: the K task heads, head k producing task k's output, each called once on a per-row
+            input ``[N, ...]`` (the shared module's output): an ``nn.ModuleList`` or its name
+            (e.g. ``"heads"``). With per-task batches (``task_index``), head k runs on task k's
+            rows only (one gather of its input, split by task), so head work is linear in K;
+            without ``heads`` every head runs on all K·B rows. With ``grad_wrt="features"``, head
+            k is also fed its own view of z (:func:`morl.task_features`), so the K rows come from
+            one backward through each head; without it, one batched backward sends K one-hot rows
+            through every head (K² head backwards).
     """
 
     def __init__(
@@ -210,14 +212,15 @@ class SupervisedMTL:
         self._features: torch.Tensor | None = None
         self._heads = _head_list(model, heads) if heads is not None else None
         self._views, self._fed = None, set()
+        self._rows, self._n, self._groups, self._routed = None, 0, None, set()
+        for k, head in enumerate(self._heads or ()):
+            head.register_forward_pre_hook(self._feed_head(k))
         if grad_wrt == "features":
             if keep_task_grads:
                 raise ValueError(
                     "grad_wrt='features' has no [K, D] shared gradients to keep: keep_task_grads must be False"
                 )
             _shared_module(model, shared).register_forward_hook(self._keep_features)
-            for k, head in enumerate(self._heads or ()):
-                head.register_forward_pre_hook(self._feed_view(k))
         elif grad_wrt != "params":
             raise ValueError(f"grad_wrt={grad_wrt!r} is not valid; allowed: params, features")
         names = task_names or getattr(loss_fn, "task_names", None)
@@ -272,23 +275,24 @@ class SupervisedMTL:
 
         ``task_index`` (``[K, B]`` row indices into the batch) evaluates task k only on rows
         ``task_index[k]``: the per-objective orders of JoGBa give each task its own minibatch,
-        and one forward pass over their union serves all K.
+        and one trunk pass over their union serves all K; with ``heads`` given, head k runs on
+        its task's B rows only.
         """
         x, y = self._to_device(batch)
         if self.loss_fn is None:
             if task_index is not None:
                 raise ValueError("task_index needs a loss_fn with per-sample losses (e.g. MultiTaskLoss)")
             losses = self.model(x, y)
+        elif task_index is None:
+            losses = self.loss_fn(self.model(x), y)
         else:
-            outputs = self.model(x)
-            if task_index is None:
-                losses = self.loss_fn(outputs, y)
-            else:
-                if not hasattr(self.loss_fn, "per_sample"):
-                    raise ValueError("task_index needs a loss_fn with a per_sample(outputs, targets) -> [N, K] method")
-                per = self.loss_fn.per_sample(outputs, y)  # [N, K]
-                idx = task_index.to(per.device)
-                losses = per.gather(0, idx.T).mean(dim=0)
+            if not hasattr(self.loss_fn, "per_sample"):
+                raise ValueError("task_index needs a loss_fn with a per_sample(outputs, targets) -> [N, K] method")
+            idx = task_index.to(y.device)
+            if self._heads is None:  # every head on all rows, then each task's rows picked
+                losses = self.loss_fn.per_sample(self.model(x), y).gather(0, idx.T).mean(dim=0)
+            else:  # output k is head k on rows idx[k]: [B, ...], scored against y[idx[k], k]
+                losses = self.loss_fn.per_sample(self._routed_forward(x, idx), y.gather(0, idx.T)).mean(dim=0)
         if not isinstance(losses, torch.Tensor) or losses.dim() != 1:
             raise ValueError(
                 f"the loss function must return a [K] tensor of task losses, got {getattr(losses, 'shape', losses)}"
@@ -357,16 +361,58 @@ class SupervisedMTL:
         self._views = task_features(output, len(self._heads)) if recorded and self._heads is not None else None
         self._fed = set()
 
-    def _feed_view(self, k: int):
-        """Forward pre-hook of head k: its own view of z in place of z (morl.task_features)."""
+    def _routed_forward(self, x: torch.Tensor, idx: torch.Tensor):
+        """``model(x)`` with head k fed rows ``idx[k]`` of its input (:meth:`_feed_head`)."""
+        if idx.dim() != 2 or idx.shape[0] != len(self._heads):
+            raise ValueError(f"task_index must be [K, B] with K = {len(self._heads)} heads, got {tuple(idx.shape)}")
+        self._rows, self._n, self._routed = idx, x.shape[0], set()
+        try:
+            outputs = self.model(x)
+        finally:
+            self._rows, self._groups = None, None
+        if len(self._routed) != len(self._heads):
+            missed = sorted(set(range(len(self._heads))) - self._routed)
+            raise ValueError(f"task_index: heads {missed} were not called in the forward pass; each must run once")
+        return outputs
+
+    def _feed_head(self, k: int):
+        """Forward pre-hook of head k: its own view of z in place of z (morl.task_features, with
+        grad_wrt='features') and, for per-task batches, only task k's rows of its input."""
 
         def hook(module: nn.Module, args):
-            if self._views is not None and args and args[0] is self._views.shared:
+            if not args or not isinstance(args[0], torch.Tensor):
+                return None
+            h = args[0]
+            if self._views is not None and h is self._views.shared:
                 self._fed.add(k)
-                return (self._views[k], *args[1:])
-            return None
+                h = self._views[k]
+                if self._rows is not None:  # its own view: the rows w.r.t. z are [K, N·d] anyway
+                    h = self._check_rows(h, k).index_select(0, self._rows[k])
+            elif self._rows is not None:
+                h = self._task_rows(h, k)
+            else:
+                return None
+            self._routed.add(k)
+            return (h, *args[1:])
 
         return hook
+
+    def _task_rows(self, h: torch.Tensor, k: int) -> torch.Tensor:
+        """Rows ``task_index[k]`` of ``h``: one gather shared by the heads, split by ``unbind``
+        so that the backward collects the K pieces in one stack, not K full-size scatters."""
+        if self._groups is None or self._groups[0] is not h:
+            rows = self._rows
+            groups = self._check_rows(h, k).index_select(0, rows.reshape(-1)).unflatten(0, rows.shape).unbind(0)
+            self._groups = (h, groups)
+        return self._groups[1][k]
+
+    def _check_rows(self, h: torch.Tensor, k: int) -> torch.Tensor:
+        if h.dim() == 0 or h.shape[0] != self._n:
+            raise ValueError(
+                f"task_index: head {k} got an input of shape {tuple(h.shape)}; per-task batches need heads "
+                "called on per-row inputs [N, ...] (N = batch rows)"
+            )
+        return h
 
     def _representation_step(self, wl: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """([K, N] gradients w.r.t. the trunk output z, the shared direction [D]): the aggregate

@@ -13,7 +13,7 @@ are the median times and the median of the per-pair ratios. Goal: the size ratio
   configs/fl_synthetic_most.yaml (``most_linear``) or Algorithm 1's Γ-weighted MGDA
   (``most_mgda``), both without FedAvg warm-up rounds, and plain ``mgda`` over the clients.
 * ``supervised step``: one ``SupervisedMTL.step`` (MLP 64 → 256 → 256, K linear regression
-  heads, MGDA) at K = 4 and 40, each task's loss over 64 rows: one ``shared`` batch of 64 rows
+  heads passed as ``heads=`` as the supervised runner does, MGDA) at K = 4 and 40, each task's loss over 64 rows: one ``shared`` batch of 64 rows
   with K targets, or ``per-task`` batches (``task_index``: K × 64 rows, task k on its own 64).
 """
 
@@ -79,7 +79,9 @@ def supervised_step(num_tasks: int, method: str, sizes: dict):
     specs = [TaskSpec(f"task{i}", "regression") for i in range(k)]
     model = MultiHeadMLP(64, [h, h], specs)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    learner = SupervisedMTL(model, build("mgda"), opt, "trunk", loss_fn=MultiTaskLoss(specs), grad_wrt=grad_wrt)
+    learner = SupervisedMTL(
+        model, build("mgda"), opt, "trunk", loss_fn=MultiTaskLoss(specs), grad_wrt=grad_wrt, heads="heads"
+    )
     n = b if kind == "shared" else k * b
     batch = (torch.randn(n, 64), torch.randn(n, k))
     index = None if kind == "shared" else torch.arange(n).reshape(k, b)

@@ -119,6 +119,89 @@ def test_task_index_evaluates_each_task_on_its_own_rows():
     torch.testing.assert_close(got, want)
 
 
+IDX = torch.tensor([[3, 0, 7, 1], [4, 5, 6, 2], [0, 1, 2, 3]])  # overlapping, out of order, rows 8-11 unused
+
+
+def by_task_reference(net, agg, x, y, grad_wrt):
+    """Autograd task by task: L_k from all heads on rows IDX[k] (loss k kept), its gradient w.r.t.
+    the trunk parameters (params) or w.r.t. the trunk output z of all rows (features), the
+    aggregator, and for features one vector-Jacobian product into the trunk."""
+    full, shared = MultiTaskLoss(SPECS), list(net.trunk.parameters())
+    z = net.trunk(x)
+    losses = torch.stack([full([h(z[IDX[k]]) for h in net.heads], y[IDX[k]])[k] for k in range(3)])
+    wrt = shared if grad_wrt == "params" else [z]
+    rows = torch.stack(
+        [torch.cat([g.reshape(-1) for g in torch.autograd.grad(losses[k], wrt, retain_graph=True)]) for k in range(3)]
+    )
+    direction = agg(rows, losses.detach())
+    if grad_wrt == "features":
+        direction = torch.cat(
+            [g.reshape(-1) for g in torch.autograd.grad(z, shared, direction.view_as(z), retain_graph=True)]
+        )
+    head_grads = torch.autograd.grad(losses.sum(), list(net.heads.parameters()))
+    return losses.detach(), rows, direction, head_grads
+
+
+@pytest.mark.parametrize("grad_wrt", ["params", "features"])
+@pytest.mark.parametrize("agg_name", ["mgda", "upgrad"])
+def test_task_index_with_heads_runs_head_k_on_its_rows_and_matches_the_by_task_reference(agg_name, grad_wrt):
+    x, y = batch(n=12)
+    for heads in ("heads", None):
+        net = model()
+        mtl = SupervisedMTL(
+            net,
+            build(agg_name),
+            torch.optim.SGD(net.parameters(), lr=0.1),
+            "trunk",
+            MultiTaskLoss(SPECS),
+            grad_wrt=grad_wrt,
+            heads=heads,
+        )
+        losses, rows, direction, head_grads = by_task_reference(model(), build(agg_name), x, y, grad_wrt)
+        out = mtl.step((x, y), IDX)
+        torch.testing.assert_close(out["losses"], losses, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(mtl.last_direction, direction, rtol=1e-9, atol=1e-11)
+        if grad_wrt == "params":
+            torch.testing.assert_close(mtl.last_task_grads, rows, rtol=1e-10, atol=1e-12)
+        for p, g in zip(net.heads.parameters(), head_grads):
+            torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12)
+
+
+def test_task_index_with_heads_scales_head_work_with_the_task_rows_not_the_batch():
+    """The step's multiply-adds (FlopCounterMode) with and without heads=: every head matmul runs on
+    B = 4 rows instead of N = 12, in the forward (1), the head-parameter backward (1) and the
+    batched backward's K rows (K): 2·d·c_k·(N - B)·(2 + K) fewer per head; the rest is the same."""
+    x, y = batch(n=12)
+    flops = {}
+    for heads in (None, "heads"):
+        net = model()
+        mtl = SupervisedMTL(
+            net, build("mgda"), torch.optim.SGD(net.parameters(), lr=0.1), "trunk", MultiTaskLoss(SPECS), heads=heads
+        )
+        with FlopCounterMode(display=False) as counter:
+            mtl.step((x, y), IDX)
+        flops[heads] = counter.get_total_flops()
+    k, b, n = IDX.shape[0], IDX.shape[1], x.shape[0]
+    assert flops[None] - flops["heads"] == sum(2 * 6 * s.out_dim * (n - b) * (2 + k) for s in SPECS)  # z is [N, 6]
+
+
+def test_task_index_with_heads_errors_name_the_wrong_input():
+    class Detour(MultiHeadMLP):
+        def forward(self, x):
+            z = self.trunk(x)
+            return [head(z if k else z[:2]) for k, head in enumerate(self.heads)]
+
+    torch.manual_seed(0)
+    net = Detour(5, [8, 6], SPECS).double()
+    mtl = SupervisedMTL(
+        net, build("mgda"), torch.optim.SGD(net.parameters(), lr=0.1), "trunk", MultiTaskLoss(SPECS), heads="heads"
+    )
+    with pytest.raises(ValueError, match=r"head 0 got an input of shape \(2, 6\); per-task batches need heads"):
+        mtl.step(batch(n=12), IDX)
+    with pytest.raises(ValueError, match=r"task_index must be \[K, B\] with K = 3 heads, got \(2, 4\)"):
+        mtl.step(batch(n=12), IDX[:2])
+
+
 def test_task_weights_scale_the_task_gradients():
     x, y = batch()
     w = torch.tensor([2.0, 0.5, 0.0], dtype=torch.float64)
