@@ -128,3 +128,18 @@ OUT_OF_RANGE = [
 def test_a_value_out_of_range_names_what_is_allowed(name, options, message):
     with pytest.raises(ValueError, match=message):
         build(name, **options)
+
+
+#: float options whose default is a whole number: the same value written as an int is valid
+WHOLE = [
+    (name, key) for name, key in NUMERIC if type(options_of(name)[key]) is float and options_of(name)[key] % 1 == 0
+]
+
+
+@pytest.mark.parametrize("name, key", WHOLE, ids=[f"{n}-{k}" for n, k in WHOLE])
+def test_an_int_given_to_a_float_option_is_kept_as_a_float(name, key):
+    """``lr: 10`` in a config is the float 10.0 (an int only for int options such as ``seed``)."""
+    default = options_of(name)[key]
+    value = getattr(build(name, **{key: int(default)}), key)
+    values = value if isinstance(value, tuple) else (value,)  # GradDrop's leak: one per objective
+    assert values and all(type(v) is float and v == default for v in values), value

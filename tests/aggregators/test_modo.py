@@ -70,6 +70,25 @@ def test_modo_hand_value():
     assert torch.allclose(d, torch.tensor([0.85, 0.575], dtype=torch.float64), atol=1e-15)
 
 
+@pytest.mark.parametrize("double", [False, True])
+def test_float32_gradients_get_the_float64_step_rounded_once(double):
+    """A is taken in float64 (γ = ρ = 0.1 are not float32 numbers), λ rounded to float32 once.
+    J below has the integer Gramian A = [[10, 1, 1], [1, 6, −1], [1, −1, 2]] (exact in float32;
+    double sampling with J₁ = J₂ gives the same A). At λ⁰ = 1/3, Aλ⁰ = (4, 2, 2/3), the step
+    λ⁰ − 0.1(Aλ⁰ + 0.1λ⁰) sums to 0.3233, the projection adds (2/3 + 0.01)/3 and keeps it
+    interior: λ = 5/9 − 0.1·Aλ⁰ = (7, 16, 22)/45. A float32 A misses it by up to 3e-8."""
+    j = torch.tensor([[3.0, 1.0, 0.0], [1.0, -2.0, 1.0], [0.0, 1.0, 1.0]])
+    hand = torch.tensor([7.0, 16.0, 22.0], dtype=torch.float64) / 45
+    for dtype in (torch.float64, torch.float32):
+        agg = build("modo", double_sampling=double)
+        agg(torch.cat([j, j]).to(dtype) if double else j.to(dtype))
+        assert agg.lam.dtype == dtype
+        if dtype == torch.float32:
+            assert torch.equal(agg.lam, hand.float())
+        else:
+            assert (agg.lam - hand).abs().max() <= 1e-15
+
+
 def test_modo_fixed_point_is_the_regularised_min_norm():
     """Repeated calls on a fixed J converge to argmin_Δ ½λᵀGλ + (ρ/2)‖λ‖² (morl.solvers.min_norm
     with rho). With γ = 1/(λ_max(G) + ρ) (stable below 2/(λ_max + ρ)) 200 calls reach it:

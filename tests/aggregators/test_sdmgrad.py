@@ -100,6 +100,26 @@ def test_sdmgrad_hand_value_and_scale():
     assert np.abs(official - authors_sdmgrad(j.numpy(), j.numpy(), np.ones(4) / 4)).max() > 1e-3
 
 
+@pytest.mark.parametrize("double", [False, True])
+def test_float32_gradients_get_the_float64_weights_rounded_once(double):
+    """A is taken in float64 (λ = 0.3 is not a float32 number), the weights rounded to float32
+    once. J below has the integer Gramian A = [[10, 1, 1], [1, 6, −1], [1, −1, 2]] (exact in
+    float32; double sampling with J₁ = J₂ gives the same A); the 20 steps end at the vertex
+    w = (0, 1, 0), so the weights are (w + 0.1)/1.3 = (1, 11, 1)/13. A float32 A misses them
+    by up to 7e-8."""
+    j = torch.tensor([[3.0, 1.0, 0.0], [1.0, -2.0, 1.0], [0.0, 1.0, 1.0]])
+    hand = torch.tensor([1.0, 11.0, 1.0], dtype=torch.float64) / 13
+    for dtype in (torch.float64, torch.float32):
+        agg = build("sdmgrad", double_sampling=double)
+        agg(torch.cat([j, j]).to(dtype) if double else j.to(dtype))
+        assert torch.equal(agg.w, torch.tensor([0.0, 1.0, 0.0], dtype=dtype))
+        assert agg.weights.dtype == dtype
+        if dtype == torch.float32:
+            assert torch.equal(agg.weights, hand.float())
+        else:
+            assert (agg.weights - hand).abs().max() <= 1e-15
+
+
 def test_sdmgrad_permutation_invariance_in_float64():
     """Symmetric by construction; in float64 the permuted call agrees to 1e-10 relative
     (measured 1.4e-16). In float32 the 20 steps of η = 10 amplify the rounding of A (8e-4)."""
