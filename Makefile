@@ -8,7 +8,7 @@ ARGS   ?=
 
 LOCK   := requirements/lock.txt
 
-.PHONY: install train test test-all lint bench clean lock
+.PHONY: install train test test-all lint bench clean lock morl-baselines
 
 install: $(STAMP)
 
@@ -64,6 +64,18 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/morl bench aggregators
+
+# MORL-Baselines 1.3.0 in its own environment (.venv-mob) for docs/results.md's side by side with
+# CAPQL: its pins (Pillow < 12, wandb) cannot join the lock. morl goes in without dependencies, for
+# tools/morl_baselines_run.py's evaluation and metrics.
+MOB := .venv-mob
+morl-baselines: export PIP_DISABLE_PIP_VERSION_CHECK = 1
+morl-baselines:
+	@test -x $(MOB)/bin/python || $(PYTHON) -m venv $(MOB)
+	$(MOB)/bin/python -m pip install -q -r requirements/morl_baselines.txt
+	$(MOB)/bin/python -m pip install -q --no-deps --no-build-isolation -e . > $(MOB)/install-morl.log 2>&1 \
+	  || { cat $(MOB)/install-morl.log; exit 1; }
+	@echo "make morl-baselines: done; run: $(MOB)/bin/python tools/morl_baselines_run.py --help"
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
