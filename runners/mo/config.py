@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from morl.agents.rl.mosac import LINEAR, MOSACConfig
-from morl.runners.config import load_config, require, to_dict
+from morl.runners.config import require, to_dict
 from morl.runners.errors import UserError
+from morl.runners.rl.run_section import RunSection, load_train_config, validate_run
 
 EUM_SIZES = (10, 20, 50, 100)  # the shipped equally_spaced_weights sets
 
@@ -46,22 +47,14 @@ class FrontConfig:
 
 
 @dataclass
-class MORunConfig:
-    """Loop lengths and bookkeeping; a *step* is one step of every sub-env (P transitions, one per policy)."""
+class MORunConfig(RunSection):
+    """``RunSection`` with MO-SAC's lengths; a *step* is one step of every sub-env (P transitions, one per policy)."""
 
     total_steps: int = 33_334
-    seed: int = 0
-    device: str = "auto"
     warmup_steps: int = 200
-    updates_per_step: int = 1
     eval_every: int = 2_500
     log_every: int = 500
     checkpoint_every: int = 5_000
-    checkpoint_minutes: float | None = 15.0
-    keep_checkpoints: int = 3
-    out_dir: str = "runs"
-    name: str | None = None
-    max_nonfinite_updates: int = 100
 
 
 @dataclass
@@ -77,11 +70,7 @@ class MOConfig:
 
 def load_mo_config(path: str | Path | None, overrides: list[str] | None = None) -> MOConfig:
     """Load and fully validate an ``mo`` config; raises ``UserError`` with one line on bad input."""
-    cfg = load_config(MOConfig, path, overrides)
-    if cfg.run.name is None:
-        cfg.run.name = Path(path).stem if path is not None else "mo"
-    validate(cfg)
-    return cfg
+    return load_train_config(MOConfig, path, overrides, "mo", validate)
 
 
 def validate(cfg: MOConfig) -> None:
@@ -89,21 +78,7 @@ def validate(cfg: MOConfig) -> None:
     from morl.runners.device import resolve_device
 
     reward_dim = _validate_env(cfg.env)
-    require(
-        cfg.run,
-        {
-            "total_steps": ">=1",
-            "updates_per_step": ">=1",
-            "eval_every": ">=1",
-            "log_every": ">=1",
-            "checkpoint_every": ">=1",
-            "keep_checkpoints": ">=1",
-            "max_nonfinite_updates": ">=1",
-            "checkpoint_minutes": ">0?",
-            "warmup_steps": ">=0",
-        },
-        prefix="run.",
-    )
+    validate_run(cfg.run)
     require(cfg.front, {"episodes": ">=1", "gamma": "[0,1]"}, prefix="front.")
     if cfg.front.eum_weights not in EUM_SIZES:
         raise UserError(

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from morl.runners.mo.session import finite_actions
+from morl.runners.mo.session import NONFINITE_ACTIONS
+from morl.runners.rl.iteration import finite_actions
 
 
 def policy_points(agent, eval_env, device: torch.device, episodes: int, gamma: float) -> dict[str, np.ndarray]:
@@ -25,7 +26,7 @@ def policy_points(agent, eval_env, device: torch.device, episodes: int, gamma: f
     def policy(obs: np.ndarray, _preferences: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             raw = torch.as_tensor(obs[:, :-1], device=device)  # without the one-hot
-            return finite_actions(agent.act(raw, deterministic=True).cpu().numpy())
+            return finite_actions(agent.act(raw, deterministic=True).cpu().numpy(), NONFINITE_ACTIONS)
 
     # sub-env p acts for row p: the preferences only label the rows (the policies are not conditioned)
     out = envs.evaluate_preferences(eval_env, policy, agent.host_preferences.numpy(), episodes, gamma)

@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from morl.runners.divergence import NonFiniteOutput
 from morl.runners.errors import UserError
 from morl.runners.mo.config import MOConfig, config_dict
+from morl.runners.rl.iteration import finite_actions
 from morl.runners.rl.metrics import LoopStats, SectionTimer
 from morl.runners.rl.schedule import updates_at
-from morl.runners.rl.session import _load_rng_state, _rng_state, seed_everything
+from morl.runners.rl.session import NO_REPLAY, make_env_pair, restore_session, rng_state, seed_everything
 
 CHECKPOINT_FORMAT = 1
 NONFINITE_ACTIONS = "the policies' actions are NaN/inf (a network overflowed)"
@@ -88,15 +88,8 @@ def without_onehot(obs: np.ndarray) -> np.ndarray:
 
 def make_envs(cfg: MOConfig, population: int, *, eval_only: bool = False):
     """The training env and the evaluation env, P sub-envs each (``None`` for training if ``eval_only``)."""
-    import morl.envs as envs
-
     kwargs = dict(seed=cfg.run.seed, max_episode_steps=cfg.env.max_episode_steps, envs_per_task=population)
-    try:
-        train_env = None if eval_only else envs.make_env(cfg.env.name, **kwargs)
-        eval_env = envs.make_env(cfg.env.name, eval=True, **kwargs)
-    except ValueError as exc:
-        raise UserError(f"env: {str(exc).splitlines()[0]}") from None
-    return train_env, eval_env
+    return make_env_pair(cfg.env.name, kwargs, eval_only=eval_only)
 
 
 def build_session(cfg: MOConfig, *, for_evaluation: bool = False) -> MOSession:
@@ -136,19 +129,13 @@ def build_session(cfg: MOConfig, *, for_evaluation: bool = False) -> MOSession:
     return session
 
 
-def finite_actions(action: np.ndarray) -> np.ndarray:
-    if not np.isfinite(action).all():  # the actions come to the host anyway: no extra synchronisation
-        raise NonFiniteOutput(NONFINITE_ACTIONS)
-    return action
-
-
 def collect_action(s: MOSession) -> np.ndarray:
     """Uniform random actions during the warm-up, then policy p's sample for sub-env p."""
     if s.step < s.cfg.run.warmup_steps:
         shape = (s.env.num_envs, s.env.single_action_space.shape[0])
         return s.action_rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
     action = s.agent.act(torch.as_tensor(s.obs, device=s.device), deterministic=False)
-    return finite_actions(action.cpu().numpy())
+    return finite_actions(action.cpu().numpy(), NONFINITE_ACTIONS)
 
 
 def iterate(s: MOSession, timer: SectionTimer) -> None:
@@ -184,7 +171,7 @@ def session_state(s: MOSession) -> dict[str, Any]:
         "replay": s.replay.state_dict(),
         "env": s.env.state_dict(),
         "eval_env": s.eval_env.state_dict(),
-        "rng": _rng_state(s),
+        "rng": rng_state(s),
         "stats": s.stats.state_dict(),
     }
 
@@ -192,18 +179,6 @@ def session_state(s: MOSession) -> dict[str, Any]:
 def load_session_state(s: MOSession, state: dict[str, Any]) -> None:
     """Restore a ``session_state`` into a freshly built session of the same config."""
     if "replay" not in state:
-        raise UserError("this checkpoint holds no replay buffer (a periodic snapshot); resume from checkpoints/last.pt")
-    same_device = state.get("device_type", s.device.type) == s.device.type
-    s.agent.load_state_dict(agent_state_for(s.agent, state, same_device))
-    s.replay.load_state_dict(state["replay"])
-    s.env.load_state_dict(state["env"])
-    s.eval_env.load_state_dict(state["eval_env"])
+        raise UserError(NO_REPLAY)
+    restore_session(s, state, state.get("device_type", s.device.type) == s.device.type)
     s.obs = without_onehot(s.env.observations())
-    s.step, s.updates = int(state["step"]), int(state["updates"])
-    s.stats.load_state_dict(state["stats"])
-    _load_rng_state(s, state["rng"], same_device)
-
-
-def agent_state_for(agent, state: dict[str, Any], same_device: bool) -> dict[str, Any]:
-    """The checkpoint's agent state, keeping the agent's own generator when the device type changed."""
-    return state["agent"] if same_device else {**state["agent"], "generator": agent.generator.get_state()}

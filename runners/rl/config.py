@@ -15,8 +15,9 @@ from typing import Any
 
 from morl.agents.rl.mtsac import MTSACConfig
 from morl.envs.choices import Protocol, RewardFunctionVersion, RewardNormalization
-from morl.runners.config import load_config, to_dict
+from morl.runners.config import to_dict
 from morl.runners.errors import UserError
+from morl.runners.rl.run_section import RunSection, load_train_config, validate_run
 
 
 @dataclass
@@ -53,31 +54,17 @@ class AggregatorConfig:
 
 
 @dataclass
-class RunConfig:
-    """Loop lengths and bookkeeping.
+class RunConfig(RunSection):
+    """Loop lengths and bookkeeping (``RunSection``) and multi-task SAC's own two keys.
 
-    A *step* is one iteration of the vector environment: every sub-env steps once (MT10: 10
-    transitions) followed by ``updates_per_step`` gradient updates. mtrl's "2M steps" are 2M
-    such iterations, i.e. 20M transitions on MT10.
+    On MT10 a step is 10 transitions: mtrl's "2M steps" are 2M such iterations, i.e. 20M
+    transitions.
     """
 
-    total_steps: int = 2_000_000
-    seed: int = 0
-    device: str = "auto"
-    warmup_steps: int = 1500
     warmup_catch_up: bool = (
         False  # mtrl: the first learning step makes up the warm-up's updates (runners/rl/schedule.py)
     )
-    updates_per_step: int = 1
-    eval_every: int = 10_000
     eval_episodes: int | None = None
-    log_every: int = 1000
-    checkpoint_every: int = 10_000
-    checkpoint_minutes: float | None = 15.0  # also every 15 min of wall-clock time: a crash never loses more
-    keep_checkpoints: int = 3
-    out_dir: str = "runs"
-    name: str | None = None
-    max_nonfinite_updates: int = 100
 
 
 @dataclass
@@ -92,11 +79,7 @@ class RLConfig:
 
 def load_rl_config(path: str | Path | None, overrides: list[str] | None = None) -> RLConfig:
     """Load and fully validate an RL config; raises ``UserError`` with one line on bad input."""
-    cfg = load_config(RLConfig, path, overrides)
-    if cfg.run.name is None:
-        cfg.run.name = Path(path).stem if path is not None else "run"
-    validate(cfg)
-    return cfg
+    return load_train_config(RLConfig, path, overrides, "run", validate)
 
 
 def config_from_dict(data: dict[str, Any]) -> RLConfig:
@@ -112,7 +95,7 @@ def validate(cfg: RLConfig) -> None:
     """Checks that need more than types: names, ranges, the aggregator's options."""
     _validate_env(cfg.env)
     _validate_aggregator(cfg.aggregator)
-    _validate_run(cfg.run)
+    validate_run(cfg.run, {"eval_episodes": ">=1?"})
     _validate_agent(cfg.agent, cfg.env)
     from morl.runners.device import resolve_device
 
@@ -161,27 +144,6 @@ def _validate_aggregator(agg: AggregatorConfig) -> None:
         aggregators.build(agg.name, **agg.options)
     except (ValueError, TypeError) as exc:
         raise UserError(f"aggregator.options: {str(exc).splitlines()[0]}") from None
-
-
-def _validate_run(run: RunConfig) -> None:
-    from morl.runners.config import require
-
-    require(
-        run,
-        {
-            "total_steps": ">=1",
-            "updates_per_step": ">=1",
-            "eval_every": ">=1",
-            "log_every": ">=1",
-            "checkpoint_every": ">=1",
-            "keep_checkpoints": ">=1",
-            "max_nonfinite_updates": ">=1",
-            "checkpoint_minutes": ">0?",
-            "warmup_steps": ">=0",
-            "eval_episodes": ">=1?",
-        },
-        prefix="run.",
-    )
 
 
 def _validate_agent(agent: MTSACConfig, env: EnvConfig) -> None:

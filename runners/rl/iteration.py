@@ -30,13 +30,14 @@ def collect_action(s: Session) -> np.ndarray:
         )
     with torch.no_grad():
         action = s.agent.act(torch.as_tensor(s.obs, device=s.device), deterministic=False)
-    return _finite_actions(action.cpu().numpy())
+    return finite_actions(action.cpu().numpy())
 
 
-def _finite_actions(action: np.ndarray) -> np.ndarray:
+def finite_actions(action: np.ndarray, what: str = NONFINITE_ACTIONS) -> np.ndarray:
+    """``action``, or ``NonFiniteOutput(what)`` if any entry is NaN/inf."""
     # The actions come to the host anyway: checking them here costs no extra synchronisation.
     if not np.isfinite(action).all():
-        raise NonFiniteOutput(NONFINITE_ACTIONS)
+        raise NonFiniteOutput(what)
     return action
 
 
@@ -57,7 +58,7 @@ def evaluate_agent(agent, eval_env, device: torch.device, episodes_per_task: int
 
     def policy(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return _finite_actions(agent.act(torch.as_tensor(obs, device=device), deterministic=True).cpu().numpy())
+            return finite_actions(agent.act(torch.as_tensor(obs, device=device), deterministic=True).cpu().numpy())
 
     return envs.evaluate_policy(eval_env, policy, episodes_per_task)
 

@@ -20,6 +20,7 @@ from morl.runners.rl.config import RLConfig, config_dict
 from morl.runners.rl.metrics import LoopStats
 
 CHECKPOINT_FORMAT = 1
+NO_REPLAY = "this checkpoint holds no replay buffer (a periodic snapshot); resume from checkpoints/last.pt"
 
 
 @dataclass
@@ -55,13 +56,18 @@ def seed_everything(seed: int) -> None:
 
 def make_envs(cfg: RLConfig, *, eval_only: bool = False):
     """The training env and the evaluation env (``None`` for the training env if ``eval_only``)."""
-    import morl.envs as envs
     from morl.runners.rl.config import env_kwargs
 
-    kwargs = dict(seed=cfg.run.seed, **env_kwargs(cfg.env))
+    return make_env_pair(cfg.env.name, dict(seed=cfg.run.seed, **env_kwargs(cfg.env)), eval_only=eval_only)
+
+
+def make_env_pair(name: str, kwargs: dict[str, Any], *, eval_only: bool = False):
+    """``envs.make_env(name, **kwargs)`` for training and for evaluation (``None`` for training if ``eval_only``)."""
+    import morl.envs as envs
+
     try:
-        train_env = None if eval_only else envs.make_env(cfg.env.name, **kwargs)
-        eval_env = envs.make_env(cfg.env.name, eval=True, **kwargs)
+        train_env = None if eval_only else envs.make_env(name, **kwargs)
+        eval_env = envs.make_env(name, eval=True, **kwargs)
     except ValueError as exc:
         raise UserError(f"env: {str(exc).splitlines()[0]}") from None
     return train_env, eval_env
@@ -142,7 +148,7 @@ def build_session(cfg: RLConfig) -> Session:
     )
 
 
-def _rng_state(s: Session) -> dict[str, Any]:
+def rng_state(s: Session) -> dict[str, Any]:
     state = {
         "python": random.getstate(),
         "numpy": np.random.get_state(),
@@ -155,7 +161,7 @@ def _rng_state(s: Session) -> dict[str, Any]:
     return state
 
 
-def _load_rng_state(s: Session, state: dict[str, Any], same_device: bool) -> None:
+def load_rng_state(s: Session, state: dict[str, Any], same_device: bool) -> None:
     # Generator states are CPU byte tensors whatever map_location the checkpoint was loaded with.
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
@@ -179,7 +185,7 @@ def session_state(s: Session, *, with_replay: bool = True) -> dict[str, Any]:
         "agent": s.agent.state_dict(),  # includes the aggregator's state (e.g. MoCo's Y, lambda, k)
         "env": s.env.state_dict(),
         "eval_env": s.eval_env.state_dict(),
-        "rng": _rng_state(s),
+        "rng": rng_state(s),
         "stats": s.stats.state_dict(),
     }
     if with_replay:
@@ -192,22 +198,28 @@ def load_session_state(s: Session, state: dict[str, Any]) -> None:
     if state.get("format") != CHECKPOINT_FORMAT:
         raise UserError(f"checkpoint format {state.get('format')!r} is not supported; expected {CHECKPOINT_FORMAT}")
     if "replay" not in state:
-        raise UserError("this checkpoint holds no replay buffer (a periodic snapshot); resume from checkpoints/last.pt")
+        raise UserError(NO_REPLAY)
     same_device = state.get("device_type", s.device.type) == s.device.type
     if not same_device:
         print(
             f"morl: warning: checkpoint written on {state['device_type']}, continuing on {s.device.type}: "
             "the random streams of sampling and exploration restart (the run is no longer bitwise reproducible)"
         )
+    restore_session(s, state, same_device)
+    s.obs = s.env.observations()  # the restored ones (Meta-World: first observations of fresh episodes)
+
+
+def restore_session(s, state: dict[str, Any], same_device: bool) -> None:
+    """What a session of either SAC kind restores alike: agent, replay, envs, counters, stats and
+    random generators (the kind sets ``s.obs`` from the restored env)."""
     s.agent.load_state_dict(agent_state_for(s.agent, state, same_device))
     s.replay.load_state_dict(state["replay"])
     s.env.load_state_dict(state["env"])
     s.eval_env.load_state_dict(state["eval_env"])
-    s.obs = s.env.observations()  # the restored ones (Meta-World: first observations of fresh episodes)
     s.step = int(state["step"])
     s.updates = int(state["updates"])
     s.stats.load_state_dict(state["stats"])
-    _load_rng_state(s, state["rng"], same_device)
+    load_rng_state(s, state["rng"], same_device)
 
 
 def agent_state_for(agent, state: dict[str, Any], same_device: bool) -> dict[str, Any]:

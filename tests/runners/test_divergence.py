@@ -368,40 +368,33 @@ def _finite(state) -> bool:
     return first_nonfinite(state) is None
 
 
-def test_supervised_run_with_nan_outputs_ends_diverged_before_any_checkpoint(tmp_path, capsys):
+def _none_written(last: Path) -> bool:
+    return not last.exists()
+
+
+def _finite_if_written(last: Path) -> bool:
+    return not last.exists() or _finite(torch_load(last))
+
+
+# (argv without --run-dir, how the line starts, what else it names, what holds of checkpoints/last.pt)
+KIND_RUNS = [
     # lr=1e30: Adam's first step sets weights to about ±1e30; every later forward overflows, so
     # steps 2-34 of epoch 1 are skipped (33 < max_nonfinite_updates). The accuracy headline stays
     # finite (argmax of NaN logits), the validation loss does not: the run stops at epoch 1.
-    run_dir = tmp_path / "run"
-    line = _morl_diverges(
-        [
-            "supervised",
-            str(CONFIGS / "supervised_digits_mean.yaml"),
-            "optim.lr=1e30",
-            "epochs=3",
-            "eval_every=1",
-            "checkpoint_every=1",
-            "--run-dir",
-            str(run_dir),
-        ],
-        capsys,
-    )
-    assert line.startswith(
+    pytest.param(
+        ["supervised", DIGITS, "optim.lr=1e30", "epochs=3", "eval_every=1", "checkpoint_every=1"],
         "morl: error: training diverged at epoch 1/3: the model outputs NaN/inf (validation digit/loss=nan) "
-        "and its last 33 updates were skipped; no checkpoint was written before it; "
-    )
-    assert "optim.lr" in line and "max_grad_norm" in line
-    assert _status(run_dir) == "diverged" and not (run_dir / "checkpoints" / "last.pt").exists()
-
-
-def test_rl_run_whose_every_update_was_skipped_ends_diverged(tmp_path, capsys):
+        "and its last 33 updates were skipped; no checkpoint was written before it; ",
+        ["optim.lr", "max_grad_norm"],
+        _none_written,
+        id="supervised",
+    ),
     # lr=inf: the guarded Adam step can never be taken, so every update is skipped; 40 updates stay
     # under max_nonfinite_updates=100, so only the end of the run can tell
-    run_dir = tmp_path / "run"
-    line = _morl_diverges(
+    pytest.param(
         [
             "train",
-            str(CONFIGS / "quickstart_point_mass.yaml"),
+            QUICK,
             "agent.batch_size=32",
             "agent.buffer_capacity=200",
             "run.device=cpu",
@@ -415,20 +408,14 @@ def test_rl_run_whose_every_update_was_skipped_ends_diverged(tmp_path, capsys):
             "agent.actor_lr=inf",
             "agent.critic_lr=inf",
             "agent.alpha_lr=inf",
-            "--run-dir",
-            str(run_dir),
         ],
-        capsys,
-    )
-    assert "at step 60/60: every one of the 40 updates was non-finite (NaN/inf) and skipped" in line
-    assert "agent.critic_lr" in line and _status(run_dir) == "diverged"
-    assert torch_load(run_dir / "checkpoints" / "last.pt")["step"] == 40
-
-
-def test_fl_run_with_nan_losses_ends_diverged(tmp_path, capsys):
+        "morl: error: training diverged at step 60/60: every one of the 40 updates was non-finite (NaN/inf) and skipped",
+        ["agent.critic_lr"],
+        lambda last: torch_load(last)["step"] == 40,
+        id="rl",
+    ),
     # lr=1e30: round 1's local steps blow the models up; round 2's transport of their NaN losses fails
-    run_dir = tmp_path / "run"
-    line = _morl_diverges(
+    pytest.param(
         [
             "fl",
             str(CONFIGS / "fl_most_official.yaml"),
@@ -441,23 +428,15 @@ def test_fl_run_with_nan_losses_ends_diverged(tmp_path, capsys):
             "train.eval_every=4",
             "train.checkpoint_every=1",
             "train.lr=1e30",
-            "--run-dir",
-            str(run_dir),
         ],
-        capsys,
-    )
-    assert line.startswith("morl: error: training diverged at round ") and "train.lr" in line
-    assert _status(run_dir) == "diverged"
-    last = run_dir / "checkpoints" / "last.pt"
-    assert not last.exists() or _finite(torch_load(last))
-
-
-# forum and prompt runs stopped this way before the shell's rules too (their fast-tier checks live
-# with their shells' tests); here end to end, each with its own learning rate named
-@pytest.mark.integration
-def test_forum_run_with_a_non_finite_direction_ends_diverged(tmp_path, capsys):
-    run_dir = tmp_path / "run"
-    line = _morl_diverges(
+        "morl: error: training diverged at round ",
+        ["train.lr"],
+        _finite_if_written,
+        id="fl",
+    ),
+    # forum and prompt runs stopped this way before the shell's rules too (their fast-tier checks live
+    # with their shells' tests); here end to end, each with its own learning rate named
+    pytest.param(
         [
             "forum",
             str(CONFIGS / "forum_mtl_digits.yaml"),
@@ -466,19 +445,14 @@ def test_forum_run_with_a_non_finite_direction_ends_diverged(tmp_path, capsys):
             "iterations=4",
             "eval_every=2",
             "mtl.lr=1e30",
-            "--run-dir",
-            str(run_dir),
         ],
-        capsys,
-    )
-    assert line.startswith("morl: error: training diverged at iteration 2/4: ") and "mtl.lr" in line
-    assert _status(run_dir) == "diverged" and not (run_dir / "checkpoints" / "last.pt").exists()
-
-
-@pytest.mark.integration
-def test_prompt_run_with_a_non_finite_loss_ends_diverged(tmp_path, capsys):
-    run_dir = tmp_path / "run"
-    line = _morl_diverges(
+        "morl: error: training diverged at iteration 2/4: ",
+        ["mtl.lr"],
+        _none_written,
+        id="forum",
+        marks=pytest.mark.integration,
+    ),
+    pytest.param(
         [
             "prompt",
             str(CONFIGS / "prompt_most.yaml"),
@@ -490,12 +464,22 @@ def test_prompt_run_with_a_non_finite_loss_ends_diverged(tmp_path, capsys):
             "dispatcher.steps=10",
             "steps=4",
             "optim.lr=1e30",
-            "--run-dir",
-            str(run_dir),
         ],
-        capsys,
-    )
-    assert (
-        line.startswith("morl: error: training diverged at step 2/4: non-finite training loss") and "optim.lr" in line
-    )
-    assert _status(run_dir) == "diverged" and not (run_dir / "checkpoints" / "last.pt").exists()
+        "morl: error: training diverged at step 2/4: non-finite training loss",
+        ["optim.lr"],
+        _none_written,
+        id="prompt",
+        marks=pytest.mark.integration,
+    ),
+]
+
+
+@pytest.mark.parametrize("argv, start, names, last_checkpoint", KIND_RUNS)
+def test_each_kind_of_run_ends_diverged(argv, start, names, last_checkpoint, tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    line = _morl_diverges([*argv, "--run-dir", str(run_dir)], capsys)
+    assert line.startswith(start), line
+    for name in names:
+        assert name in line, line
+    assert _status(run_dir) == "diverged"
+    assert last_checkpoint(run_dir / "checkpoints" / "last.pt")
