@@ -668,7 +668,7 @@ def test_features_path_equals_the_hand_computed_mgda_ub_step():
 def test_features_path_differs_from_the_exact_direction_but_descends_for_every_task(gen):
     """MGDA-UB solves MGDA on ∇_z L_k, not on the parameters' rows: another direction, which for
     a trunk with full-rank ∂z/∂θ still decreases every loss (Theorem 1). Both measured here on a
-    small trunk; docs/aggregators.md quotes the cosine."""
+    small trunk; docs/gradients.md quotes the cosine."""
     x, y = torch.randn(B, N_IN, generator=gen, dtype=torch.float64), torch.randn(B, K, generator=gen)
     trunk, heads = _trunk_heads(seed=1)
     losses, z = _head_losses(trunk, heads, x, y)
