@@ -2,7 +2,9 @@
 
 :class:`SupervisedMTL` trains a model with shared parameters and task-specific ones (heads):
 the K per-task gradients of the *shared* parameters come from one batched backward
-(:func:`morl.gradients.per_task_grads`) and are combined by the aggregator; every other
+(:func:`morl.gradients.per_task_grads`), or, when each task has its own rows (per-task
+batches), from one plain backward of the model run on the K row groups under ``torch.func.vmap``,
+and are combined by the aggregator; every other
 trainable parameter receives the gradient of the weighted loss sum, i.e. each head gets its
 own task's gradient. Any ``torch.optim`` optimizer then steps; a step that meets or would
 leave a NaN/inf is undone on the device and counted (:attr:`SupervisedMTL.nonfinite_steps`).
@@ -19,7 +21,9 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.func import functional_call, vmap
 
+from morl.aggregators import GramianAggregator
 from morl.gradients import per_task_grads, task_features, write_grads
 from morl.tasks import TaskSpec  # re-exported: the learner takes specs
 
@@ -180,11 +184,11 @@ class SupervisedMTL:
         heads: the K task heads, head k producing task k's output, each called once on a per-row
             input ``[N, ...]`` (the shared module's output): an ``nn.ModuleList`` or its name
             (e.g. ``"heads"``). With per-task batches (``task_index``), head k runs on task k's
-            rows only (one gather of its input, split by task), so head work is linear in K;
-            without ``heads`` every head runs on all K·B rows. With ``grad_wrt="features"``, head
-            k is also fed its own view of z (:func:`morl.task_features`), so the K rows come from
-            one backward through each head; without it, one batched backward sends K one-hot rows
-            through every head (K² head backwards).
+            rows only, so head work is linear in K; without ``heads`` every head runs on all
+            K·B rows. With ``grad_wrt="features"``, head k is also fed its own view of z
+            (:func:`morl.task_features`), or with per-task batches its own gathered rows of z,
+            so the K rows come from one backward through each head; without it, one batched
+            backward sends K one-hot rows through every head (K² head backwards).
     """
 
     def __init__(
@@ -213,6 +217,13 @@ class SupervisedMTL:
         self._heads = _head_list(model, heads) if heads is not None else None
         self._views, self._fed = None, set()
         self._rows, self._n, self._groups, self._routed = None, 0, None, set()
+        # per-task batches: the heads' inputs seen in a vmapped pass (params), the K views of the
+        # shared parameters it ran with, the gathered rows of z and their index (features)
+        self._capture: dict[int, torch.Tensor] | None = None
+        self._expanded: list[torch.Tensor] | None = None
+        self._gathered: tuple[torch.Tensor, torch.Tensor] | None = None
+        names = {id(p): n for n, p in model.named_parameters()}
+        self._shared_names = [names[id(p)] for p in self.shared_params]
         for k, head in enumerate(self._heads or ()):
             head.register_forward_pre_hook(self._feed_head(k))
         if grad_wrt == "features":
@@ -273,11 +284,15 @@ class SupervisedMTL:
     def task_losses(self, batch, task_index: torch.Tensor | None = None) -> torch.Tensor:
         """The ``[K]`` unweighted task losses of ``batch = (x, y)``, with the autograd graph.
 
-        ``task_index`` (``[K, B]`` row indices into the batch) evaluates task k only on rows
-        ``task_index[k]``: the per-objective orders of JoGBa give each task its own minibatch,
-        and one trunk pass over their union serves all K; with ``heads`` given, head k runs on
-        its task's B rows only.
+        ``task_index`` (``[K, B]`` row indices into the batch, rows may repeat across tasks)
+        evaluates task k only on rows ``task_index[k]``: the per-objective orders of JoGBa give
+        each task its own minibatch. With ``grad_wrt="params"`` the model runs on the K row groups
+        ``x[task_index[k]]`` under ``torch.func.vmap`` (a task's rows are its own copy), so that
+        one backward gives the K per-task gradients; the model must then treat rows independently
+        (no BatchNorm batch statistics). With ``grad_wrt="features"`` one trunk pass over the
+        batch serves all K. With ``heads`` given, head k runs on its task's B rows only.
         """
+        self._expanded = None
         x, y = self._to_device(batch)
         if self.loss_fn is None:
             if task_index is not None:
@@ -289,7 +304,9 @@ class SupervisedMTL:
             if not hasattr(self.loss_fn, "per_sample"):
                 raise ValueError("task_index needs a loss_fn with a per_sample(outputs, targets) -> [N, K] method")
             idx = task_index.to(y.device)
-            if self._heads is None:  # every head on all rows, then each task's rows picked
+            if self.grad_wrt == "params":
+                losses = self._grouped_losses(x, y, idx)
+            elif self._heads is None:  # every head on all rows, then each task's rows picked
                 losses = self.loss_fn.per_sample(self.model(x), y).gather(0, idx.T).mean(dim=0)
             else:  # output k is head k on rows idx[k]: [B, ...], scored against y[idx[k], k]
                 losses = self.loss_fn.per_sample(self._routed_forward(x, idx), y.gather(0, idx.T)).mean(dim=0)
@@ -328,7 +345,7 @@ class SupervisedMTL:
         if self.grad_wrt == "features" and getattr(self.aggregator, "needs_grads", True):
             grads, direction = self._representation_step(wl)
         elif self.keep_task_grads or getattr(self.aggregator, "needs_grads", True):
-            grads = per_task_grads(wl, self.shared_params)
+            grads = self._task_grads(wl)
             if hasattr(self.aggregator, "needs_losses"):
                 direction = self.aggregator(grads, wl.detach())
             else:
@@ -355,11 +372,62 @@ class SupervisedMTL:
             out["weights"] = weights.detach()
         return out
 
+    def _task_grads(self, wl: torch.Tensor) -> torch.Tensor:
+        """The ``[K, D]`` gradients of the weighted losses w.r.t. the shared parameters. Per-task
+        batches: one backward into the K views the groups ran with (group k reaches loss k only)."""
+        if self._expanded is None:
+            return per_task_grads(wl, self.shared_params)
+        k = wl.shape[0]
+        got = torch.autograd.grad(wl.sum(), self._expanded, allow_unused=True)
+        cols = [p.new_zeros(k, p.numel()) if g is None else g.reshape(k, -1) for g, p in zip(got, self.shared_params)]
+        return torch.cat(cols, dim=1)
+
+    def _grouped_losses(self, x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """``[K]`` losses, task k's on its own copy ``x[idx[k]]`` of its rows: the model runs under
+        ``vmap`` over the K groups, group k with view k of the shared parameters (kept for
+        :meth:`_task_grads`). With ``heads`` the vmapped pass records each head's input and runs
+        the head on no rows; head k then runs once, on group k's rows of its input."""
+        heads = self._heads
+        if idx.dim() != 2 or (heads is not None and idx.shape[0] != len(heads)):
+            wanted = f"K = {len(heads)} heads" if heads is not None else "K tasks, B rows each"
+            raise ValueError(f"task_index must be [K, B] with {wanted}, got {tuple(idx.shape)}")
+        k, self._n = idx.shape
+        expanded = [p.expand(k, *p.shape) for p in self.shared_params]
+        inputs, which = [], []  # the distinct head inputs, and which one head j read
+
+        def group(params, xk, yk):
+            self._capture = None if heads is None else {}
+            out = functional_call(self.model, dict(zip(self._shared_names, params)), (xk,))
+            if heads is None:
+                return self.loss_fn.per_sample(out, yk)  # [B, K]: every head on the group
+            seen, self._capture = self._capture, None
+            missed = sorted(set(range(k)) - set(seen))
+            if missed:
+                raise ValueError(f"task_index: heads {missed} were not called in the forward pass; each must run once")
+            for j in range(k):
+                if not any(h is seen[j] for h in inputs):
+                    inputs.append(seen[j])
+                which.append(next(i for i, h in enumerate(inputs) if h is seen[j]))
+            return tuple(inputs)
+
+        try:
+            out = vmap(group, randomness="different")(expanded, _groups(x, idx), _groups(y, idx))
+        finally:
+            self._capture = None
+        self._expanded = expanded
+        if heads is None:
+            return torch.diagonal(out, dim1=0, dim2=2).mean(dim=0)  # task k's column of group k
+        parts = [h.unbind(0) for h in out]  # one stack in the backward, not K scatters
+        outputs = [head(parts[which[j]][j]) for j, head in enumerate(heads)]
+        return self.loss_fn.per_sample(outputs, y.gather(0, idx.T)).mean(dim=0)
+
     def _keep_features(self, module: nn.Module, inputs, output) -> None:
         recorded = torch.is_grad_enabled() and isinstance(output, torch.Tensor) and output.requires_grad
         self._features = output if recorded else None
-        self._views = task_features(output, len(self._heads)) if recorded and self._heads is not None else None
-        self._fed = set()
+        # per-task batches gather each task's rows of z instead (_task_rows)
+        viewed = recorded and self._heads is not None and self._rows is None
+        self._views = task_features(output, len(self._heads)) if viewed else None
+        self._fed, self._gathered = set(), None
 
     def _routed_forward(self, x: torch.Tensor, idx: torch.Tensor):
         """``model(x)`` with head k fed rows ``idx[k]`` of its input (:meth:`_feed_head`)."""
@@ -383,13 +451,16 @@ class SupervisedMTL:
             if not args or not isinstance(args[0], torch.Tensor):
                 return None
             h = args[0]
-            if self._views is not None and h is self._views.shared:
+            if self._capture is not None:  # the vmapped pass of _grouped_losses: head k runs later
+                self._capture[k] = self._check_rows(h, k)
+                return (h[:0], *args[1:])
+            if self._rows is not None:
+                if self._features is not None and h is self._features:
+                    self._fed.add(k)
+                h = self._task_rows(h, k)
+            elif self._views is not None and h is self._views.shared:
                 self._fed.add(k)
                 h = self._views[k]
-                if self._rows is not None:  # its own view: the rows w.r.t. z are [K, N·d] anyway
-                    h = self._check_rows(h, k).index_select(0, self._rows[k])
-            elif self._rows is not None:
-                h = self._task_rows(h, k)
             else:
                 return None
             self._routed.add(k)
@@ -401,9 +472,10 @@ class SupervisedMTL:
         """Rows ``task_index[k]`` of ``h``: one gather shared by the heads, split by ``unbind``
         so that the backward collects the K pieces in one stack, not K full-size scatters."""
         if self._groups is None or self._groups[0] is not h:
-            rows = self._rows
-            groups = self._check_rows(h, k).index_select(0, rows.reshape(-1)).unflatten(0, rows.shape).unbind(0)
-            self._groups = (h, groups)
+            gathered = self._check_rows(h, k).index_select(0, self._rows.reshape(-1))
+            self._groups = (h, gathered.unflatten(0, self._rows.shape).unbind(0))
+            if h is self._features:  # z's rows: the compact rows of _representation_step
+                self._gathered = (gathered, self._rows)
         return self._groups[1][k]
 
     def _check_rows(self, h: torch.Tensor, k: int) -> torch.Tensor:
@@ -415,22 +487,46 @@ class SupervisedMTL:
         return h
 
     def _representation_step(self, wl: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """([K, N] gradients w.r.t. the trunk output z, the shared direction [D]): the aggregate
+        """(the K gradients w.r.t. the trunk output z, the shared direction [D]): the aggregate
         of the rows is back-propagated once through the trunk (NaN in it is not)."""
-        z, views, self._features, self._views = self._features, self._views, None, None
+        z, views, gathered = self._features, self._views, self._gathered
+        self._features, self._views, self._gathered = None, None, None
         if z is None or not z.requires_grad:
             raise ValueError("grad_wrt='features': the shared module's output was not recorded in this forward pass")
-        if views is not None and len(self._fed) != len(views):
-            missed = sorted(set(range(len(views))) - self._fed)
+        if self._heads is not None and len(self._fed) != len(self._heads):
+            missed = sorted(set(range(len(self._heads))) - self._fed)
             raise ValueError(f"grad_wrt='features': heads {missed} were not called on the shared module's output")
-        rows = per_task_grads(wl, [z] if views is None else views, retain_graph=True)
-        dz = self.aggregator(rows, wl.detach()) if hasattr(self.aggregator, "needs_losses") else self.aggregator(rows)
+        if gathered is not None:
+            rows, dz = self._compact_direction(wl, z, *gathered)
+        else:
+            rows = per_task_grads(wl, [z] if views is None else views, retain_graph=True)
+            dz = self._aggregate(rows, wl)
         dz = torch.where(_all_finite([dz]), dz, torch.zeros((), dtype=dz.dtype, device=dz.device))
         got = torch.autograd.grad(z, self.shared_params, dz.view_as(z), allow_unused=True)
         direction = torch.cat(
             [(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(got, self.shared_params)]
         )
         return rows, direction
+
+    def _aggregate(self, rows: torch.Tensor, wl: torch.Tensor) -> torch.Tensor:
+        return self.aggregator(rows, wl.detach()) if hasattr(self.aggregator, "needs_losses") else self.aggregator(rows)
+
+    def _compact_direction(self, wl, z, gathered, idx) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-task batches: (the compact rows [K, B·d], the aggregate in z's [N·d]). Row block k
+        of ``gathered`` (z at ``idx[k]``) is read by head k only, so ONE backward of Σ_k w_k L_k
+        gives task k's gradient on its own B rows. Its gradient over the N rows of z is those rows
+        added at ``idx[k]``: a Gramian method gets G of those, the rest the [K, N·d] rows."""
+        k, b = idx.shape
+        rows = torch.autograd.grad(wl.sum(), gathered, retain_graph=True)[0].reshape(k, b, -1)
+        flat = idx.reshape(-1)
+        if isinstance(self.aggregator, GramianAggregator):
+            w = self.aggregator.gramian_weights(_overlap_gramian(rows, idx), wl.detach()).to(rows.dtype)
+            dz = rows.new_zeros(z.shape[0], rows.shape[2]).index_add_(0, flat, (w[:, None, None] * rows).flatten(0, 1))
+        else:
+            dense = rows.new_zeros(k, z.shape[0], rows.shape[2])
+            task = torch.arange(k, device=flat.device).repeat_interleave(b)
+            dz = self._aggregate(dense.index_put_((task, flat), rows.flatten(0, 1), accumulate=True).flatten(1), wl)
+        return rows.flatten(1), dz.reshape(-1)
 
     def _count_nonfinite(self, ok: torch.Tensor) -> None:
         bad = (~ok).to(torch.int64)
@@ -511,6 +607,35 @@ class SupervisedMTL:
         counts = state.get("nonfinite", torch.zeros(3, dtype=torch.int64))  # older checkpoints: none known
         for counter, value in zip((self.nonfinite_steps, self.nonfinite_streak, self.nonfinite_longest), counts):
             counter.copy_(value)
+
+
+def _groups(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``[K, B, ...]``: rows ``idx[k]`` of ``t`` for each k (a row in several tasks is copied)."""
+    return t.index_select(0, idx.reshape(-1)).unflatten(0, idx.shape)
+
+
+def _overlap_gramian(rows: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """G = D Dᵀ of the ``[K, N·d]`` matrix D whose row k adds ``rows[k, b]`` ``[d]`` at batch row
+    ``idx[k, b]``, without forming D: only entries on the same batch row meet, so G_kl is the sum
+    of ⟨rows[k, b], rows[l, c]⟩ over idx[k, b] = idx[l, c]: Σ_r c_r² products for c_r entries on
+    row r (K·B when no row repeats; one host read sizes the list of pairs)."""
+    k, b = idx.shape
+    flat = idx.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    pos = torch.arange(k * b, device=flat.device)
+    head = torch.ones_like(flat, dtype=torch.bool)
+    head[1:] = flat[order[1:]] != flat[order[:-1]]
+    start = torch.cummax(torch.where(head, pos, 0), dim=0).values  # where each sorted entry's row starts
+    count = torch.zeros_like(pos).index_add_(0, start, torch.ones_like(pos))[start]  # entries on that row
+    pairs = int(count.sum())
+    left = torch.repeat_interleave(pos, count, output_size=pairs)
+    offset = torch.arange(pairs, device=flat.device) - torch.repeat_interleave(
+        torch.cumsum(count, 0) - count, count, output_size=pairs
+    )
+    one, two = order[left], order[start[left] + offset]  # flat entries k·B + b on the same row
+    vecs = rows.reshape(k * b, -1)
+    dots = (vecs[one] * vecs[two]).sum(dim=-1)
+    return rows.new_zeros(k, k).index_put_((one // b, two // b), dots, accumulate=True)
 
 
 def _all_finite(tensors: list[torch.Tensor]) -> torch.Tensor:

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from morl.agents.supervised.multitask import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec
+from morl.agents.supervised.multitask import MultiHeadMLP, MultiTaskLoss, SupervisedMTL, TaskSpec, _overlap_gramian
 from morl.aggregators import build
 from morl.envs.data.supervised import load_dataset
 
@@ -120,57 +120,128 @@ def test_task_index_evaluates_each_task_on_its_own_rows():
 
 
 IDX = torch.tensor([[3, 0, 7, 1], [4, 5, 6, 2], [0, 1, 2, 3]])  # overlapping, out of order, rows 8-11 unused
+INDEXES = {
+    "disjoint": torch.tensor([[3, 0, 7, 1], [4, 5, 6, 2], [8, 11, 9, 10]]),
+    "overlapping": IDX,
+    "repeated": torch.tensor([[3, 0, 3, 1], [4, 5, 6, 2], [0, 1, 3, 3]]),  # row 3 twice in tasks 0 and 2
+}
+W = torch.tensor([2.0, 0.5, 1.5], dtype=torch.float64)
 
 
-def by_task_reference(net, agg, x, y, grad_wrt):
-    """Autograd task by task: L_k from all heads on rows IDX[k] (loss k kept), its gradient w.r.t.
-    the trunk parameters (params) or w.r.t. the trunk output z of all rows (features), the
-    aggregator, and for features one vector-Jacobian product into the trunk."""
+def by_task_reference(net, agg, x, y, grad_wrt, idx=IDX, weights=None, keep=False):
+    """Autograd task by task: L_k from all heads on rows idx[k] (loss k kept), weighted; its
+    gradient w.r.t. the trunk parameters (params) or w.r.t. the trunk output z of all N rows, a
+    dense [K, N·d] row (features); the aggregator, and for features one vector-Jacobian product
+    into the trunk. A loss weighting (needs_grads False) takes the gradient of its weighted loss."""
     full, shared = MultiTaskLoss(SPECS), list(net.trunk.parameters())
     z = net.trunk(x)
-    losses = torch.stack([full([h(z[IDX[k]]) for h in net.heads], y[IDX[k]])[k] for k in range(3)])
+    losses = torch.stack([full([h(z[idx[k]]) for h in net.heads], y[idx[k]])[k] for k in range(3)])
+    wl = losses if weights is None else losses * weights
     wrt = shared if grad_wrt == "params" else [z]
     rows = torch.stack(
-        [torch.cat([g.reshape(-1) for g in torch.autograd.grad(losses[k], wrt, retain_graph=True)]) for k in range(3)]
+        [torch.cat([g.reshape(-1) for g in torch.autograd.grad(wl[k], wrt, retain_graph=True)]) for k in range(3)]
     )
-    direction = agg(rows, losses.detach())
-    if grad_wrt == "features":
+    if not agg.needs_grads and not keep:
         direction = torch.cat(
-            [g.reshape(-1) for g in torch.autograd.grad(z, shared, direction.view_as(z), retain_graph=True)]
+            [g.reshape(-1) for g in torch.autograd.grad(agg.weighted_loss(wl), shared, retain_graph=True)]
         )
-    head_grads = torch.autograd.grad(losses.sum(), list(net.heads.parameters()))
+    else:
+        direction = agg(rows, wl.detach())
+        if grad_wrt == "features":
+            direction = torch.cat(
+                [g.reshape(-1) for g in torch.autograd.grad(z, shared, direction.view_as(z), retain_graph=True)]
+            )
+    head_grads = torch.autograd.grad(wl.sum(), list(net.heads.parameters()))
     return losses.detach(), rows, direction, head_grads
 
 
-@pytest.mark.parametrize("grad_wrt", ["params", "features"])
-@pytest.mark.parametrize("agg_name", ["mgda", "upgrad"])
-def test_task_index_with_heads_runs_head_k_on_its_rows_and_matches_the_by_task_reference(agg_name, grad_wrt):
+CASES = [  # (grad_wrt, aggregator, keep_task_grads)
+    *(("params", a, False) for a in ("mgda", "upgrad", "trimmed_mean", "gls")),
+    ("params", "gls", True),
+    *(("features", a, False) for a in ("mgda", "upgrad", "trimmed_mean", "gls")),
+]
+
+
+@pytest.mark.parametrize("weights", [None, W], ids=["unweighted", "task_weights"])
+@pytest.mark.parametrize("index", list(INDEXES))
+@pytest.mark.parametrize("grad_wrt, agg_name, keep", CASES)
+def test_per_task_batches_match_the_by_task_reference(grad_wrt, agg_name, keep, index, weights):
+    """Disjoint, overlapping and in-task repeated rows; a Gramian method (mgda, upgrad: G of the
+    compact rows with features), a coordinate-wise one (trimmed_mean: the dense rows) and a loss
+    weighting (gls, with and without its [K, D] rows kept); with and without heads=."""
     x, y = batch(n=12)
+    idx = INDEXES[index]
+    options = {"trim": 1} if agg_name == "trimmed_mean" else {}
     for heads in ("heads", None):
         net = model()
         mtl = SupervisedMTL(
             net,
-            build(agg_name),
+            build(agg_name, **options),
             torch.optim.SGD(net.parameters(), lr=0.1),
             "trunk",
             MultiTaskLoss(SPECS),
+            task_weights=weights,
+            keep_task_grads=keep,
             grad_wrt=grad_wrt,
             heads=heads,
         )
-        losses, rows, direction, head_grads = by_task_reference(model(), build(agg_name), x, y, grad_wrt)
-        out = mtl.step((x, y), IDX)
+        ref = by_task_reference(model(), build(agg_name, **options), x, y, grad_wrt, idx, weights, keep)
+        losses, rows, direction, head_grads = ref
+        out = mtl.step((x, y), idx)
         torch.testing.assert_close(out["losses"], losses, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(mtl.last_direction, direction, rtol=1e-9, atol=1e-11)
-        if grad_wrt == "params":
+        if grad_wrt == "params" and (keep or mtl.aggregator.needs_grads):
             torch.testing.assert_close(mtl.last_task_grads, rows, rtol=1e-10, atol=1e-12)
+        else:
+            assert mtl.last_task_grads is None
         for p, g in zip(net.heads.parameters(), head_grads):
             torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12)
 
 
+def test_overlap_gramian_equals_the_gramian_of_the_dense_rows():
+    """G from the compact rows against D Dᵀ, D built row by row: entry (k, b) added at row idx[k, b]."""
+    g = torch.Generator().manual_seed(0)
+    for k, b, n in ((3, 4, 12), (4, 5, 7), (1, 3, 2)):
+        idx = torch.randint(0, n, (k, b), generator=g)  # repeats within and across tasks
+        rows = torch.randn(k, b, 2, 3, generator=g, dtype=torch.float64)
+        dense = torch.zeros(k, n, 2, 3, dtype=torch.float64)
+        for i in range(k):
+            for j in range(b):
+                dense[i, idx[i, j]] += rows[i, j]
+        want = dense.flatten(1) @ dense.flatten(1).T
+        torch.testing.assert_close(_overlap_gramian(rows, idx), want, rtol=1e-12, atol=1e-12)
+
+
+def test_per_task_batches_with_params_run_the_trunk_once_over_the_task_rows():
+    """The step's multiply-adds (FlopCounterMode), mean over the rows (no products of its own): the
+    trunk's forward and its parameters' backward once over the K·B grouped rows (a weight's
+    per-task products split the same sum), the input gradient of every layer but the first,
+    and each head on its B rows in the forward, the head-parameter and the shared backward."""
+    x, y = batch(n=12)
+    idx = INDEXES["overlapping"]
+    net = model()
+    mtl = SupervisedMTL(
+        net,
+        build("mean"),
+        torch.optim.SGD(net.parameters(), lr=0.1),
+        "trunk",
+        MultiTaskLoss(SPECS),
+        keep_task_grads=True,
+        heads="heads",
+    )
+    with FlopCounterMode(display=False) as counter:
+        mtl.step((x, y), idx)
+    k, b = idx.shape
+    trunk = 2 * k * b * (5 * 8 + 8 * 6) * 2 + 2 * k * b * 8 * 6
+    heads = 3 * sum(2 * b * 6 * s.out_dim for s in SPECS)
+    assert counter.get_total_flops() == trunk + heads
+
+
 def test_task_index_with_heads_scales_head_work_with_the_task_rows_not_the_batch():
     """The step's multiply-adds (FlopCounterMode) with and without heads=: every head matmul runs on
-    B = 4 rows instead of N = 12, in the forward (1), the head-parameter backward (1) and the
-    batched backward's K rows (K): 2·d·c_k·(N - B)·(2 + K) fewer per head; the rest is the same."""
+    its B = 4 rows instead of all K·B = 12 grouped rows, in the forward (1), the head-parameter
+    backward (1) and the backward into the shared parameters (1): 2·d·c_k·(K·B - B)·3 fewer per
+    head; the rest is the same."""
     x, y = batch(n=12)
     flops = {}
     for heads in (None, "heads"):
@@ -181,8 +252,34 @@ def test_task_index_with_heads_scales_head_work_with_the_task_rows_not_the_batch
         with FlopCounterMode(display=False) as counter:
             mtl.step((x, y), IDX)
         flops[heads] = counter.get_total_flops()
-    k, b, n = IDX.shape[0], IDX.shape[1], x.shape[0]
-    assert flops[None] - flops["heads"] == sum(2 * 6 * s.out_dim * (n - b) * (2 + k) for s in SPECS)  # z is [N, 6]
+    k, b = IDX.shape
+    assert flops[None] - flops["heads"] == sum(2 * 6 * s.out_dim * (k * b - b) * 3 for s in SPECS)  # z is [., 6]
+
+
+@pytest.mark.parametrize("grad_wrt", ["params", "features"])
+def test_per_task_batches_skip_a_nan_step_and_clip_the_gradient_norm(grad_wrt):
+    x, y = batch(n=12)
+    x[5, 0] = float("nan")  # a row of task 1 only
+    net = model()
+    start = [p.detach().clone() for p in net.parameters()]
+    mtl = SupervisedMTL(
+        net,
+        build("mgda", check_finite="skip"),
+        torch.optim.SGD(net.parameters(), lr=0.1),
+        "trunk",
+        MultiTaskLoss(SPECS),
+        grad_wrt=grad_wrt,
+        heads="heads",
+        max_grad_norm=1e-3,
+    )
+    mtl.step((x, y), INDEXES["disjoint"])
+    assert int(mtl.nonfinite_steps) == 1
+    assert all(torch.equal(p.detach(), p0) for p, p0 in zip(net.parameters(), start))
+    x[5, 0] = 0.0
+    mtl.step((x, y), INDEXES["disjoint"])
+    assert int(mtl.nonfinite_steps) == 1
+    total = torch.cat([p.grad.reshape(-1) for p in net.parameters()]).norm()
+    torch.testing.assert_close(total, torch.tensor(1e-3, dtype=torch.float64))
 
 
 def test_task_index_with_heads_errors_name_the_wrong_input():
