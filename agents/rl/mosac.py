@@ -3,9 +3,11 @@ trained together as one batched ensemble on one shared replay of vector rewards.
 
 One update, on a batch of B transitions shared by all policies (``obs [B, O]``, ``reward [B, M]``):
 
-1. critics: critic (p, m) of a ``TwinCriticEnsemble`` with P·M members regresses on reward
-   component m with policy p's soft TD target
-   ``y = r_m + γ (1 − terminated) (min_j Q̄_{j,p,m}(s', a'_p) − α_p log π_p(a'_p|s'))``, a'_p ~ π_p.
+1. critics: policy p's twin critic is member p of a ``TwinCriticEnsemble`` with P members and M
+   outputs, Q_{j,p}(s, a) ∈ R^M (j = 1, 2); output m regresses on reward component m with policy
+   p's soft TD target ``y = r_m + γ (1 − terminated) (min_j Q̄_{j,p,m}(s', a'_p) − α_p log π_p(a'_p|s'))``,
+   a'_p ~ π_p, the minimum over the twins taken per objective; the critics descend the sum of
+   their P·M losses (the hidden layers of policy p's critic serve its M objectives).
 2. actor: policy p's objective losses ``L_{p,m} = mean_b(α_p log π_p(ã|s) − min_j Q_{j,p,m}(s, ã))``
    go through the aggregator: ``linear`` descends ``Σ_m ω_{p,m} L_{p,m}`` (one backward);
    every other aggregator maps policy p's ``[M, D_p]`` gradient matrix (all P matrices from one
@@ -14,7 +16,8 @@ One update, on a batch of B transitions shared by all policies (``obs [B, O]``, 
 4. targets: Polyak averaging of the critic ensemble.
 
 No Python loop over policies or objectives in the forward and backward passes (the actors are
-one stacked network, the critics one ensemble); the aggregator is called once per policy.
+one stacked network, the critics one ensemble of vector-valued critics); the aggregator is called
+once per policy.
 Non-finite steps are skipped on the device, as in MT-SAC (``agents/rl/guarded_adam.py``).
 """
 
@@ -191,7 +194,8 @@ class PopulationActor(nn.Module):
 
 
 class MOSAC:
-    """A population of P SAC policies, policy p for preference ``preferences[p]``, with P·M twin critics.
+    """A population of P SAC policies, policy p for preference ``preferences[p]``, each with a twin
+    critic of M outputs (one per objective).
 
     ``aggregator``: ``"linear"`` (scalarisation by ω_p) or a name of ``morl.aggregators``, built
     once per policy with ``options`` (and ``check_finite="skip"``). Aggregators that take a
@@ -224,11 +228,12 @@ class MOSAC:
         self.critic = TwinCriticEnsemble(
             obs_dim,
             action_dim,
-            p * self.reward_dim,
+            p,
             hidden,
             generator=gen,
             init=cfg.init,
             layer_norm=cfg.critic_layer_norm,
+            out_dim=self.reward_dim,
         ).to(self.device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.full((p,), math.log(cfg.init_temperature), device=self.device, requires_grad=True)
@@ -244,12 +249,12 @@ class MOSAC:
         self.aggregator_name = aggregator
         self.aggregators = build_policy_aggregators(aggregator, options or {}, self.host_preferences)
         self._one_backward = self.aggregators is None or not self.aggregators[0].needs_grads
-        # row order per policy: the primary objective first for the aggregators that have one
-        order = [torch.arange(self.reward_dim)] * p
+        # row order per policy: the primary objective first for the aggregators that have one (else as given)
+        self._order = None
         if aggregator in PRIMARY_FIRST:
-            order = [_primary_first(w) for w in self.host_preferences]
-        self._order = torch.stack(order).to(self.device)
-        self._unorder = torch.argsort(self._order, dim=1)
+            self._order = torch.stack([_primary_first(w) for w in self.host_preferences]).to(self.device)
+            self._unorder = torch.argsort(self._order, dim=1)
+            self._policy_rows = torch.arange(p, device=self.device).unsqueeze(1)
         self.nonfinite_updates = torch.zeros((), dtype=torch.int64, device=self.device)
         self.nonfinite_streak = torch.zeros((), dtype=torch.int64, device=self.device)
         self.nonfinite_longest = torch.zeros((), dtype=torch.int64, device=self.device)
@@ -272,15 +277,6 @@ class MOSAC:
 
     def _noise(self, b: int) -> torch.Tensor:
         return torch.randn(self.population, b, self.action_dim, device=self.device, generator=self.generator)
-
-    def _critic_views(self, critic: TwinCriticEnsemble, detach: bool) -> tuple[list[torch.Tensor], ...]:
-        """The ensemble's weights, biases and norms as ``[P, M, 2, ...]`` views (member p·M + m = (p, m))."""
-        split = (self.population, self.reward_dim)
-
-        def view(ts):
-            return [(t.detach() if detach else t).unflatten(0, split) for t in ts]
-
-        return view(critic.weights), view(critic.biases), view(critic.norms)
 
     # -- one update -----------------------------------------------------------------------
     def update(self, batch: dict[str, torch.Tensor], step: int) -> dict[str, torch.Tensor]:
@@ -321,27 +317,28 @@ class MOSAC:
 
     # -- critics --------------------------------------------------------------------------
     def td_target(self, reward, next_obs, terminated, alpha, eps_next) -> torch.Tensor:
-        """``[P, M, B]``: the soft TD target of critic (p, m) (no gradient)."""
+        """``[P, B, M]``: the soft TD target of policy p's critic for objective m (no gradient); the
+        minimum over the twins is taken per objective."""
         with torch.no_grad():
             mean, log_std = self.actor(next_obs)  # [P, B, A]: every policy on the shared batch
             next_action, next_logp = squashed_sample(mean, log_std, eps_next)
-            w, b, n = self._critic_views(self.critic_target, detach=True)
-            obs_p = next_obs.expand(self.population, *next_obs.shape).unsqueeze(1)  # [P, 1, B, O]
-            q_next = TwinCriticEnsemble.q_values(w, b, obs_p, next_action.unsqueeze(1), n).amin(2)  # [P, M, B]
-            soft = q_next - alpha.view(-1, 1, 1) * next_logp.unsqueeze(1)
-            return reward.T + self.cfg.gamma * (1.0 - terminated) * soft
+            obs_p = next_obs.expand(self.population, *next_obs.shape)  # [P, B, O]
+            q_next = self.critic_target(obs_p, next_action).amin(1)  # [P, 2, B, M] -> [P, B, M]
+            soft = q_next - alpha.view(-1, 1, 1) * next_logp.unsqueeze(-1)
+            return reward + self.cfg.gamma * (1.0 - terminated).unsqueeze(-1) * soft
 
     def critic_losses(self, obs, action, reward, next_obs, terminated, alpha, eps_next) -> torch.Tensor:
-        """``[P, M]``: critic (p, m)'s loss, the sum over its twins of the mean squared TD error."""
+        """``[P, M]``: the loss of policy p's critic on objective m, the sum over its twins of the mean
+        squared TD error."""
         target = self.td_target(reward, next_obs, terminated, alpha, eps_next)
-        w, b, n = self._critic_views(self.critic, detach=False)
-        q = TwinCriticEnsemble.q_values(w, b, obs, action, n)  # [P, M, 2, B]
-        return (q - target.unsqueeze(2)).pow(2).mean(-1).sum(-1)
+        q = self.critic(obs, action)  # [P, 2, B, M]
+        return (q - target.unsqueeze(1)).pow(2).mean(-2).sum(1)
 
     def _critic_step(self, obs, action, reward, next_obs, terminated, alpha) -> tuple[torch.Tensor, torch.Tensor]:
         self.critic_opt.zero_grad(set_to_none=False)
         losses = self.critic_losses(obs, action, reward, next_obs, terminated, alpha, self._noise(obs.shape[0]))
-        losses.sum().backward()  # disjoint critics: each gets exactly its own loss's gradient
+        # disjoint policies' critics; within one, the hidden layers descend the sum over its objectives
+        losses.sum().backward()
         return losses, guarded_step(self.critic_opt, list(self.critic.parameters()), self.cfg.grad_clip)
 
     # -- actor ----------------------------------------------------------------------------
@@ -351,12 +348,13 @@ class MOSAC:
         mean, log_std = self.actor.outputs(actor_p, obs)
         act, logp = squashed_sample(mean, log_std, eps)
         weights, biases, norms = critic_p
-        q = TwinCriticEnsemble.q_values(weights, biases, obs, act, norms).amin(1).mean(-1)  # [M]
+        q = TwinCriticEnsemble.q_values(weights, biases, obs, act, norms).amin(0).mean(0)  # [2, B, M] -> [M]
         return alpha_p * logp.mean() - q, (logp.detach(), q.detach())
 
     def _vmapped(self, fn, obs, eps, alpha, detach_actor: bool):
         actor = {k: (v.detach() if detach_actor else v) for k, v in self.actor.named_parameters()}
-        critic = self._critic_views(self.critic, detach=True)  # the actor's losses leave no critic gradient
+        # detached: the actor's losses leave no critic gradient
+        critic = tuple([t.detach() for t in ts] for ts in (self.critic.weights, self.critic.biases, self.critic.norms))
         return vmap(fn, in_dims=(0, 0, None, 0, 0))(actor, critic, obs, eps, alpha)
 
     def _actor_step(self, obs, alpha) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
@@ -376,8 +374,9 @@ class MOSAC:
             direction, weights = self._aggregate(grads, regrets(losses, q))
             for p, d in zip(params, torch.split(direction, [p[0].numel() for p in params], dim=1)):
                 p.grad.copy_(d.view_as(p))
-            finite_rows = torch.isfinite(grads).all()
-            metrics["grad_cos"] = _objective_cosines(grads)
+            gram = grads @ grads.transpose(1, 2)  # [P, M, M]: one pass over the rows serves both checks
+            finite_rows = torch.isfinite(gram.diagonal(dim1=1, dim2=2)).all()  # NaN/inf rows: non-finite norms
+            metrics["grad_cos"] = _objective_cosines(gram)
         if weights is not None:
             metrics["agg_weights"] = weights.detach()
         ok = guarded_step(self.actor_opt, params, self.cfg.grad_clip, finite_rows)
@@ -397,15 +396,15 @@ class MOSAC:
 
     def _aggregate(self, grads: torch.Tensor, losses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Policy p's direction ``[D_p]`` from its ``[M, D_p]`` rows and ``[M]`` losses, stacked ``[P, D_p]``."""
-        rows = torch.gather(grads, 1, self._order.unsqueeze(-1).expand_as(grads))
-        ordered = torch.gather(losses, 1, self._order)
+        if self._order is not None:  # primary first (pcd): one copy of the rows, whole D_p-long slices
+            grads, losses = grads[self._policy_rows, self._order], losses[self._policy_rows, self._order]
         # a loop over the aggregator calls only: each policy's aggregator has its own state and
         # data-dependent solver (active sets, QPs), which do not batch over policies
-        direction = torch.stack([agg(rows[i], ordered[i]) for i, agg in enumerate(self.aggregators)])
+        direction = torch.stack([agg(grads[i], losses[i]) for i, agg in enumerate(self.aggregators)])
         if any(agg.weights is None for agg in self.aggregators):
             return direction, None
         weights = torch.stack([agg.weights for agg in self.aggregators])
-        return direction, torch.gather(weights, 1, self._unorder)
+        return direction, weights if self._order is None else torch.gather(weights, 1, self._unorder)
 
     # -- temperatures ---------------------------------------------------------------------
     def _alpha_step(self, logp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -500,10 +499,11 @@ def _primary_first(w: torch.Tensor) -> torch.Tensor:
     return torch.tensor([top, *[i for i in range(len(w)) if i != top]])
 
 
-def _objective_cosines(grads: torch.Tensor) -> torch.Tensor:
-    """``[P]``: the smallest cosine between two objectives' gradients of each policy."""
-    unit = grads / grads.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-    cos = unit @ unit.transpose(1, 2)
-    m = grads.shape[1]
-    upper = torch.triu_indices(m, m, 1, device=grads.device)
+def _objective_cosines(gram: torch.Tensor) -> torch.Tensor:
+    """``[P]``: the smallest cosine between two objectives' gradients of each policy, from the
+    Gramians ``[P, M, M]`` of its rows."""
+    norm = gram.diagonal(dim1=1, dim2=2).clamp_min(0).sqrt().clamp_min(1e-30)
+    cos = gram / (norm.unsqueeze(2) * norm.unsqueeze(1))
+    m = gram.shape[1]
+    upper = torch.triu_indices(m, m, 1, device=gram.device)
     return cos[:, upper[0], upper[1]].amin(-1)

@@ -150,6 +150,8 @@ class TwinCriticEnsemble(nn.Module):
     contiguous slice). ``forward(obs, action)`` with task-grouped inputs ``[T, B, ...]``
     returns ``[T, num_q, B]``; with one task slice ``[B, ...]`` and that task's weights
     ``[num_q, in, out]`` (as ``vmap`` over tasks sees them) it returns ``[num_q, B]``.
+    ``out_dim`` > 1 gives each Q-network that many outputs (a vector Q-value, e.g. one per
+    objective): the shapes above gain a last axis ``[..., B, out_dim]``.
     No Python loop over tasks or twins.
     """
 
@@ -163,9 +165,10 @@ class TwinCriticEnsemble(nn.Module):
         generator: torch.Generator | None = None,
         init: str = "torch",
         layer_norm: bool = False,
+        out_dim: int = 1,
     ) -> None:
         super().__init__()
-        sizes = [obs_dim + action_dim, *hidden_sizes, 1]
+        sizes = [obs_dim + action_dim, *hidden_sizes, out_dim]
         self.num_q, self.num_tasks = num_q, num_tasks
         self.weights = nn.ParameterList()
         self.biases = nn.ParameterList()
@@ -208,8 +211,9 @@ class TwinCriticEnsemble(nn.Module):
                 if norms:
                     x = layer_norm(x, norms[2 * i], norms[2 * i + 1])
                 x = torch.relu(x)
-        q = x.squeeze(-1)
-        return q if tasks is None else q.unflatten(-1, (tasks, -1)).squeeze(0).transpose(0, 1)  # [T, num_q, B]
+        if tasks is not None:
+            x = x.unflatten(-2, (tasks, -1)).squeeze(0).transpose(0, 1)  # [T, num_q, B, out]
+        return x.squeeze(-1)  # one output: [..., B]
 
     def per_task_views(self) -> dict[str, torch.Tensor]:
         """The stacked weights by name (task axis first), as per-task inputs for ``vmap`` over tasks."""

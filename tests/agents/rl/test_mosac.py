@@ -1,9 +1,11 @@
-"""MO-SAC (agents/rl/mosac.py): one update replayed by hand in float64, policy by policy and
-objective by objective with plain loops (the agent batches them), against SAC's formulas
-(arXiv:1812.05905, eq. 3, 5, 7, 18, with the minimum of two target critics):
+"""MO-SAC (agents/rl/mosac.py): one update replayed by hand in float64, policy by policy,
+objective by objective and twin by twin with plain loops (the agent batches them), against SAC's
+formulas (arXiv:1812.05905, eq. 3, 5, 7, 18, with the minimum of two target critics):
 
-* critic (p, m): ``y = r_m + γ (1 − terminated) (min_j Q̄_{j,p,m}(s', a'_p) − α_p log π_p(a'_p|s'))``,
-  ``a'_p`` policy p's own next action; loss ``Σ_j mean_b (Q_{j,p,m}(s, a) − y)²``;
+* Q_{j,p,m} is output m of twin j of policy p's critic (member p of the ensemble);
+  ``y = r_m + γ (1 − terminated) (min_j Q̄_{j,p,m}(s', a'_p) − α_p log π_p(a'_p|s'))``, the minimum
+  per objective, ``a'_p`` policy p's own next action; loss ``Σ_j mean_b (Q_{j,p,m}(s, a) − y)²``,
+  the critics descend the sum over (p, m);
 * actor: ``L_{p,m} = mean_b (α_p log π_p(ã|s) − min_j Q_{j,p,m}(s, ã))``; ``linear`` descends
   ``Σ_p Σ_m ω_{p,m} L_{p,m}``, an aggregator maps policy p's rows ``∇L_{p,m}`` to its direction;
 * after one Adam step the first moment is ``0.1 g``: the gradient the update used.
@@ -71,9 +73,9 @@ def _policy(agent, weights, p, obs, eps):
 
 
 def _q(critic, p, m, j, obs, act):
-    k = p * M + m  # critic (p, m) is member p·M + m of the ensemble
+    """Q_{j,p,m}: output m of twin j of policy p's critic (ensemble member p)."""
     x = torch.cat([obs.double(), act], -1)
-    return _mlp([w[k, j] for w in critic.weights], [b[k, j] for b in critic.biases], x).squeeze(-1)
+    return _mlp([w[p, j] for w in critic.weights], [b[p, j] for b in critic.biases], x)[:, m]
 
 
 def _actor_weights(agent):
@@ -172,7 +174,7 @@ def test_a_sign_flip_of_the_reward_changes_the_target():
     args = [batch[k] for k in ("reward", "next_obs", "terminated")]
     y = agent.td_target(*args, alpha, eps_next.float())
     flipped = agent.td_target(-args[0], *args[1:], alpha, eps_next.float())
-    torch.testing.assert_close(y - flipped, 2 * batch["reward"].T.expand(P, M, B))
+    torch.testing.assert_close(y - flipped, 2 * batch["reward"].expand(P, B, M))
 
 
 def _actor_gradient_setup(aggregator, options=None):
@@ -183,13 +185,13 @@ def _actor_gradient_setup(aggregator, options=None):
     leaves = _leaf_copies(agent.actor.parameters())
     n = len(agent.actor.weights)
     weights = [leaves[:n], leaves[n : 2 * n]]
-    agent.update(batch, 0)  # the actor's step reads the critic after its own step: the one now held
+    out = agent.update(batch, 0)  # the actor's step reads the critic after its own step: the one now held
     losses, qs = _hand_actor_losses(agent, weights, batch["obs"], eps, alpha)
-    return agent, leaves, losses, qs
+    return agent, leaves, losses, qs, out
 
 
 def test_linear_actor_gradient_is_the_gradient_of_the_scalarised_loss():
-    agent, leaves, losses, _ = _actor_gradient_setup("linear")
+    agent, leaves, losses, _, _ = _actor_gradient_setup("linear")
     omega = agent.preferences.double()
     grads = torch.autograd.grad((omega * losses).sum(), leaves)
     for g, h in zip(_moments(agent.actor_opt, agent.actor.parameters()), grads):
@@ -199,15 +201,17 @@ def test_linear_actor_gradient_is_the_gradient_of_the_scalarised_loss():
 
 @pytest.mark.parametrize("name, options", [("mgda", {}), ("epo_al", {}), ("pcd", {"tau": 0.1}), ("upgrad", {})])
 def test_aggregated_direction_is_the_aggregator_on_rows_computed_one_by_one(name, options):
-    agent, leaves, losses, qs = _actor_gradient_setup(name, options)
+    agent, leaves, losses, qs, out = _actor_gradient_setup(name, options)
     omega = agent.preferences.double()
     regret = losses.detach() + qs.detach().amax(0)  # the losses aggregators see: shortfall to the ideal point
-    directions = []
+    directions, cosines = [], []
     for p in range(P):
         rows = torch.stack(
             [torch.cat([g[p].reshape(-1) for g in torch.autograd.grad(losses[p, m], leaves, retain_graph=True)])
              for m in range(M)]
         )  # fmt: skip
+        unit = rows / rows.norm(dim=1, keepdim=True)
+        cosines.append(min(float(unit[i] @ unit[k]) for i in range(M) for k in range(i + 1, M)))
         own = {}
         if name == "epo_al":  # EPO's preference ray is ω_p (zeros raised to 1e-3: EPO-AL needs r > 0)
             own = {"preference": omega[p].clamp_min(1e-3).tolist()}
@@ -223,6 +227,23 @@ def test_aggregated_direction_is_the_aggregator_on_rows_computed_one_by_one(name
         expected = torch.stack([d[:size] for d in directions])
         directions = [d[size:] for d in directions]
         torch.testing.assert_close(g.reshape(P, -1), expected, rtol=1e-4, atol=1e-6)
+    # grad_cos: the smallest cosine between two of policy p's rows
+    torch.testing.assert_close(out["grad_cos"].double(), torch.tensor(cosines, dtype=torch.float64), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["mgda", "upgrad"])
+def test_a_non_finite_gradient_row_refuses_the_whole_actor_step(name):
+    """An aggregator zeroes a policy's direction when one of its rows is NaN/inf ("skip"); the step
+    is then refused for every actor rather than taken with that direction zeroed (Adam's momentum
+    would still move the policy)."""
+    agent = _agent(name)
+    agent.update(_batch(1), 1)  # Adam holds momentum from here on
+    before = [p.detach().clone() for p in agent.actor.parameters()]
+    alpha = agent.log_alpha.detach().exp().clone()
+    alpha[1] = float("inf")  # policy 1's rows ∇(α_1 log π_1) are not finite, the others' are
+    _, ok, _ = agent._actor_step(_batch()["obs"], alpha)
+    assert not bool(ok)
+    assert all(torch.equal(a, b) for a, b in zip(before, agent.actor.parameters()))
 
 
 def test_each_policy_acts_with_its_own_weights():

@@ -3,6 +3,7 @@ against torch.distributions, mtrl's log-probability clamp, and the two initialis
 
 import math
 
+import pytest
 import torch
 from torch.distributions import Normal, TanhTransform, TransformedDistribution
 
@@ -129,16 +130,17 @@ def _hand_q(weights, biases, task, j, obs, action):
     return x.squeeze(-1)
 
 
-def test_critics_on_a_task_grouped_batch_per_task_and_shared():
-    """``[T, B, ...]`` in, ``[T, 2, B]`` out: per-task critics give row t critic t's twins on task t's
-    samples; one shared critic (its task axis of size 1) gives every row the same twins, and its
-    weight gradient is the sum over the tasks' samples."""
+@pytest.mark.parametrize("out_dim", [1, 3])
+def test_critics_on_a_task_grouped_batch_per_task_and_shared(out_dim):
+    """``[T, B, ...]`` in, ``[T, 2, B]`` out (``[T, 2, B, out_dim]`` for vector Q-values): per-task
+    critics give row t critic t's twins on task t's samples; one shared critic (its task axis of
+    size 1) gives every row the same twins, and its weight gradient is the sum over the tasks' samples."""
     gen = torch.Generator().manual_seed(0)
     obs, action = torch.randn(T, 5, OBS, generator=gen), torch.randn(T, 5, A, generator=gen)
     for critics in (T, 1):
-        critic = TwinCriticEnsemble(OBS, A, critics, [16, 16], generator=gen)
+        critic = TwinCriticEnsemble(OBS, A, critics, [16, 16], generator=gen, out_dim=out_dim)
         q = critic(obs, action)
-        assert q.shape == (T, 2, 5)
+        assert q.shape == (T, 2, 5) + ((out_dim,) if out_dim > 1 else ())
         w, b = [p.detach().clone().requires_grad_(True) for p in critic.weights], list(critic.biases)
         hand = torch.stack(
             [

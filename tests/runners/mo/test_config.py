@@ -23,10 +23,10 @@ def test_shipped_configs_load_and_carry_the_literature_budget():
         cfg = load_mo_config(ROOT / "configs" / "mo" / f"{name}.yaml", [])
         agent, run = cfg.agent, cfg.run
         assert cfg.env.name == env and agent.population == 6
-        # MORL-Baselines' 200k environment steps; SAC's 256x256, batch 256, lr 3e-4, gamma 0.99
+        # MORL-Baselines' 200k environment steps; CAPQL's 256x256, batch 128, lr 3e-4, gamma 0.99, tau 0.005
         assert 200_000 <= run.total_steps * agent.population < 200_000 + agent.population
-        assert (agent.hidden_sizes, agent.batch_size, agent.actor_lr, agent.critic_lr, agent.gamma) == (
-            [256, 256], 256, 3e-4, 3e-4, 0.99
+        assert (agent.hidden_sizes, agent.batch_size, agent.actor_lr, agent.critic_lr, agent.gamma, agent.tau) == (
+            [256, 256], 128, 3e-4, 3e-4, 0.99, 0.005
         )  # fmt: skip
         assert cfg.front.gamma == 0.99 and cfg.aggregator.name == "linear"
 
