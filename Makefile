@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	@touch $(STAMP)
 	@echo "make install: done; activate the environment with: source $(VENV)/bin/activate (then: morl --help)"
 
-# MT10 with CAGrad: the seeds' recipe on a GPU; without one, the CPU recipe (smaller networks,
+# MT10: the seeds' CAGrad recipe on a GPU; without one, the CPU recipe (mean, smaller networks with LayerNorm,
 # evaluation every 5k steps, checkpoints every 10 min), saying so. CONFIG=... picks any config.
 train: $(STAMP)
 	@cfg="$(CONFIG)"; \
