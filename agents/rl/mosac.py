@@ -15,6 +15,11 @@ One update, on a batch of B transitions shared by all policies (``obs [B, O]``, 
 3. temperatures: one ``log α_p`` per policy, each driven by its own policy's entropy.
 4. targets: Polyak averaging of the critic ensemble.
 
+The preferences are fixed (``agent.assignment: fixed``) or, with ``transport``, re-assigned every
+``assign_every`` updates by MosT's transport plan between objectives and policies (arXiv 2403.04099,
+Eq. 5): ``ω_p = Γ[:, p] / Σ_m Γ[m, p]`` for the cost ``C_{m,p}`` of policy p's standardised
+batch-mean Q-value of objective m, negated.
+
 No Python loop over policies or objectives in the forward and backward passes (the actors are
 one stacked network, the critics one ensemble of vector-valued critics); the aggregator is called
 once per policy.
@@ -33,6 +38,7 @@ import torch
 from torch import nn
 from torch.func import jacrev, vmap
 
+from morl import transport
 from morl.agents.rl.guarded_adam import guarded_step, make_adam
 from morl.agents.rl.networks import (
     INIT_CHOICES,
@@ -42,11 +48,20 @@ from morl.agents.rl.networks import (
     layer_norm,
     squashed_sample,
 )
+from morl.aggregators._preference import PreferenceVector
 from morl.aggregators.base import Aggregator
 
 LINEAR = "linear"  # linear scalarisation Σ_m ω_m L_m: not an aggregator of the registry, one backward
 EPO_FLOOR = 1e-3  # EPO-AL needs every preference entry > 0: zeros of ω are raised to this
 PRIMARY_FIRST = ("pcd",)  # aggregators whose row 0 is the primary objective: argmax_m ω_{p,m} goes first
+ASSIGNMENTS = ("fixed", "transport")
+# IPOT's defaults (step 0.01, 200 steps) stop short of the optimum on these small standardised costs
+# (99 of 400 random M x P draws up to 0.15 above POT's emd); with these 1 of 400, by 1.2e-5
+IPOT_OPTIONS = {"step": 0.05, "max_iter": 1000}
+
+
+class IncompatibleState(ValueError):
+    """A state (checkpoint) of another population: other preferences or another critic layout."""
 
 
 @dataclass
@@ -73,6 +88,10 @@ class MOSACConfig:
     init: str = "torch"
     critic_layer_norm: bool = False
     actor_layer_norm: bool = False
+    assignment: str = "fixed"  # fixed: ω_p as given; transport: MosT's plan re-assigns them
+    assign_every: int = 1000  # updates between two transport assignments (the first update assigns)
+    transport_tau: float = 0.0  # MosT's τ, weight of the diversity regulariser R(Γ)
+    transport_method: str = "ipot"  # ipot (exact OT) | sinkhorn (entropic)
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field and what is allowed."""
@@ -98,6 +117,22 @@ class MOSACConfig:
             raise ValueError(f"agent.log_std_min ({self.log_std_min}) must be < agent.log_std_max ({self.log_std_max})")
         if self.init not in INIT_CHOICES:
             raise ValueError(f"agent.init={self.init!r} is not valid; allowed: {', '.join(INIT_CHOICES)}")
+        self._validate_assignment()
+
+    def _validate_assignment(self) -> None:
+        if self.assignment not in ASSIGNMENTS:
+            raise ValueError(f"agent.assignment={self.assignment!r} is not valid; allowed: {', '.join(ASSIGNMENTS)}")
+        if not self.assign_every >= 1 or self.assign_every % self.actor_update_freq:
+            raise ValueError(
+                f"agent.assign_every must be a multiple >= 1 of agent.actor_update_freq={self.actor_update_freq} "
+                f"(the assignment reads the actor step's Q-values), got {self.assign_every}"
+            )
+        if not (self.transport_tau >= 0 and math.isfinite(self.transport_tau)):
+            raise ValueError(f"agent.transport_tau must be a finite number >= 0, got {self.transport_tau}")
+        if self.transport_method not in transport.SOLVERS:
+            raise ValueError(
+                f"agent.transport_method={self.transport_method!r} is not valid; allowed: {', '.join(transport.SOLVERS)}"
+            )
 
 
 def lattice_size(m: int, h: int) -> int:
@@ -201,6 +236,9 @@ class MOSAC:
     once per policy with ``options`` (and ``check_finite="skip"``). Aggregators that take a
     preference vector (``epo_al``'s ``preference``, ``upgrad``/``config``/``aligned_mtl``'s
     ``pref_vector``) get ω_p; ``pcd`` gets the objective with the largest ω_{p,m} as its primary.
+    With ``cfg.assignment == "transport"`` every ``cfg.assign_every``-th update (the first included)
+    replaces the preferences by :func:`transport_preferences` of its actor step's Q-values before
+    they weigh that step (:meth:`set_preferences`).
     """
 
     def __init__(
@@ -217,7 +255,9 @@ class MOSAC:
         cfg.validate()
         self.cfg, self.action_dim, self.reward_dim = cfg, int(action_dim), int(reward_dim)
         self.device, self.seed = torch.device(device), int(seed)
-        self.host_preferences = preference_matrix(cfg, self.reward_dim)  # float64 on the host: options, checkpoints
+        self.config_preferences = preference_matrix(cfg, self.reward_dim)  # float64, host: checks a checkpoint
+        # the ones in use (float64, host: aggregator options, evaluation labels); transport re-assigns them
+        self.host_preferences = self.config_preferences.clone()
         self.preferences = self.host_preferences.to(self.device, torch.float32)
         self.population = p = int(self.preferences.shape[0])
         gen = torch.Generator().manual_seed(self.seed)
@@ -249,12 +289,9 @@ class MOSAC:
         self.aggregator_name = aggregator
         self.aggregators = build_policy_aggregators(aggregator, options or {}, self.host_preferences)
         self._one_backward = self.aggregators is None or not self.aggregators[0].needs_grads
-        # row order per policy: the primary objective first for the aggregators that have one (else as given)
         self._order = None
-        if aggregator in PRIMARY_FIRST:
-            self._order = torch.stack([_primary_first(w) for w in self.host_preferences]).to(self.device)
-            self._unorder = torch.argsort(self._order, dim=1)
-            self._policy_rows = torch.arange(p, device=self.device).unsqueeze(1)
+        self._policy_rows = torch.arange(p, device=self.device).unsqueeze(1)
+        self._set_order()
         self.nonfinite_updates = torch.zeros((), dtype=torch.int64, device=self.device)
         self.nonfinite_streak = torch.zeros((), dtype=torch.int64, device=self.device)
         self.nonfinite_longest = torch.zeros((), dtype=torch.int64, device=self.device)
@@ -271,6 +308,30 @@ class MOSAC:
             return torch.tanh(mean[:, 0])
         eps = torch.randn(mean.shape, device=self.device, generator=self.generator)
         return squashed_sample(mean, log_std, eps)[0][:, 0]
+
+    def _set_order(self) -> None:
+        """Row order per policy: the primary objective first for the aggregators that have one (else as given)."""
+        if self.aggregator_name in PRIMARY_FIRST:
+            self._order = torch.stack([_primary_first(w) for w in self.host_preferences]).to(self.device)
+            self._unorder = torch.argsort(self._order, dim=1)
+
+    def set_preferences(self, preferences: torch.Tensor) -> None:
+        """Policy p's preference becomes row p of ``preferences [P, M]`` (host, rows on the simplex),
+        for ``linear`` and every aggregator that takes one (EPO-AL's zeros raised to ``EPO_FLOOR``)."""
+        self.host_preferences = preferences.detach().to("cpu", torch.float64).clone()
+        self.preferences = self.host_preferences.to(self.device, torch.float32)
+        if self.aggregators is not None and isinstance(self.aggregators[0], PreferenceVector):
+            for agg, w in zip(self.aggregators, self.host_preferences):
+                agg.set_preference(aggregator_preference(self.aggregator_name, w))
+        self._set_order()
+
+    def _assign(self, q: torch.Tensor) -> None:
+        """MosT's assignment from this batch's Q-values ``[P, M]``; the solve reads the cost and the
+        plan back to the host (once every ``assign_every`` updates)."""
+        if not bool(torch.isfinite(q).all()):
+            return  # a skipped update's NaN/inf Q-values: the preferences stay
+        _, preferences = transport_preferences(q.double(), self.cfg.transport_tau, self.cfg.transport_method)
+        self.set_preferences(preferences)
 
     def _alpha(self) -> torch.Tensor:
         return self.log_alpha.detach().exp()
@@ -292,7 +353,8 @@ class MOSAC:
         critic_loss, ok = self._critic_step(obs, action, reward, batch["next_obs"], batch["terminated"], alpha)
         metrics = {"critic_loss": critic_loss.detach()}
         if step % self.cfg.actor_update_freq == 0:
-            logp, actor_ok, actor_metrics = self._actor_step(obs, alpha)
+            assign = self.cfg.assignment == "transport" and step % self.cfg.assign_every == 0
+            logp, actor_ok, actor_metrics = self._actor_step(obs, alpha, assign)
             alpha_loss, alpha_ok = self._alpha_step(logp)
             ok = ok & actor_ok & alpha_ok
             metrics.update(actor_metrics, entropy=-logp.mean(-1), alpha_loss=alpha_loss)
@@ -305,6 +367,7 @@ class MOSAC:
         return {
             **metrics,
             "alpha": self._alpha().clone(),
+            "preferences": self.preferences.clone(),
             "nonfinite_updates": self.nonfinite_updates.clone(),
             "nonfinite_streak": self.nonfinite_streak.clone(),
         }
@@ -357,20 +420,27 @@ class MOSAC:
         critic = tuple([t.detach() for t in ts] for ts in (self.critic.weights, self.critic.biases, self.critic.norms))
         return vmap(fn, in_dims=(0, 0, None, 0, 0))(actor, critic, obs, eps, alpha)
 
-    def _actor_step(self, obs, alpha) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """One step of the population's actors; returns log π ``[P, B]``, whether it was taken, its metrics."""
+    def _actor_step(
+        self, obs, alpha, assign: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """One step of the population's actors; returns log π ``[P, B]``, whether it was taken, its metrics.
+        ``assign``: re-assign the preferences from this step's Q-values before they weigh its losses."""
         eps = self._noise(obs.shape[0])
         params = list(self.actor.parameters())
         self.actor_opt.zero_grad(set_to_none=False)
         metrics, finite_rows = {}, None
         if self._one_backward:
             losses, (logp, q) = self._vmapped(self.policy_losses, obs, eps, alpha, detach_actor=False)
+            if assign:
+                self._assign(q)
             total, weights = self._weighted_loss(losses, q)
             total.backward()  # disjoint actors: policy p gets ∇ Σ_m w_{p,m} L_{p,m}
         else:
             jac, (logp, q) = self._vmapped(jacrev(self.policy_losses, has_aux=True), obs, eps, alpha, True)
             grads = torch.cat([jac[n].flatten(2) for n, _ in self.actor.named_parameters()], dim=2)  # [P, M, D_p]
             losses = alpha.unsqueeze(1) * logp.mean(-1, keepdim=True) - q
+            if assign:
+                self._assign(q)
             direction, weights = self._aggregate(grads, regrets(losses, q))
             for p, d in zip(params, torch.split(direction, [p[0].numel() for p in params], dim=1)):
                 p.grad.copy_(d.view_as(p))
@@ -416,9 +486,11 @@ class MOSAC:
 
     # -- state ----------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Networks, targets, optimizers, temperatures, the aggregators' states and the generator."""
+        """Networks, targets, optimizers, temperatures, the preferences in use, the aggregators' states
+        and the generator (``preferences``: the config's, which a loading population must share)."""
         return {
-            "preferences": self.host_preferences.clone(),
+            "preferences": self.config_preferences.clone(),
+            "assigned_preferences": self.host_preferences.clone(),
             "actor": self.actor.state_dict(),
             "critic": self.critic.state_dict(),
             "critic_target": self.critic_target.state_dict(),
@@ -434,8 +506,12 @@ class MOSAC:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not torch.equal(state["preferences"], self.host_preferences):
-            raise ValueError("the state is of a population with other preferences (agent.preferences / population)")
+        """Restore :meth:`state_dict`; another population's state raises :class:`IncompatibleState` (one line)."""
+        if not torch.equal(state["preferences"], self.config_preferences):
+            raise IncompatibleState(
+                "the state is of a population with other preferences (agent.preferences / population)"
+            )
+        self._check_critic_layout(state["critic"])
         for name in ("actor", "critic", "critic_target", "actor_opt", "critic_opt", "alpha_opt"):
             getattr(self, name).load_state_dict(state[name])
         with torch.no_grad():
@@ -444,9 +520,54 @@ class MOSAC:
             opt.param_bound = None  # new parameters: guarded_step measures max|θ| again
         for agg, saved in zip(self.aggregators or [], state["aggregators"] or []):
             agg.load_state_dict(saved)
+        self.set_preferences(state.get("assigned_preferences", state["preferences"]))
         self.generator.set_state(state["generator"].cpu())
         for name in ("nonfinite_updates", "nonfinite_streak", "nonfinite_longest"):
             getattr(self, name).copy_(state[name])
+
+    def _check_critic_layout(self, saved: dict[str, torch.Tensor]) -> None:
+        """One line naming both layouts when a state's critics are not this population's (an older
+        MO-SAC held P·M scalar twin critics, one per policy and objective)."""
+        own = self.critic.state_dict()
+        if {k: tuple(v.shape) for k, v in saved.items()} == {k: tuple(v.shape) for k, v in own.items()}:
+            return
+        found, expected = _critic_layout(saved), _critic_layout(own)
+        hint = ""
+        if found.startswith(f"{self.population * self.reward_dim} twin critics with 1 output,"):
+            hint = ": the older layout (one scalar critic per policy and objective) cannot be loaded, train again"
+        raise IncompatibleState(
+            f"the state's critics are {found}; this MO-SAC expects {expected} "
+            f"(one per policy, one output per objective){hint}"
+        )
+
+
+def _critic_layout(state: dict[str, torch.Tensor]) -> str:
+    """``"P twin critics with M outputs, hidden [h1, h2]"`` from a ``TwinCriticEnsemble`` state."""
+    weights = [state[f"weights.{i}"] for i in range(len(state)) if f"weights.{i}" in state]
+    if not weights:
+        return f"not a twin-critic ensemble (keys {', '.join(sorted(state)[:4])})"
+    outputs = weights[-1].shape[-1]
+    hidden = [int(w.shape[-1]) for w in weights[:-1]]
+    return f"{weights[0].shape[0]} twin critics with {outputs} output{'s' * (outputs != 1)}, hidden {hidden}"
+
+
+def assignment_cost(q: torch.Tensor) -> torch.Tensor:
+    """``C [M, P]`` from the batch-mean Q-values ``q [P, M]``:
+    ``C_{m,p} = −(Q̂_{p,m} − mean_p' Q̂_{p',m}) / std_p' Q̂_{p',m}``, lower where policy p is better at
+    objective m; each objective standardised over the policies so that none dominates the cost
+    (shifting a row leaves the plan unchanged, scaling it does not)."""
+    centred = q - q.mean(0, keepdim=True)
+    scale = q.std(0, unbiased=False, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny)
+    return -(centred / scale).T
+
+
+def transport_preferences(q: torch.Tensor, tau: float = 0.0, method: str = "ipot") -> tuple[torch.Tensor, torch.Tensor]:
+    """MosT's plan ``Γ [M, P]`` (arXiv 2403.04099, Eq. 5; marginals 1/M over objectives, 1/P over
+    policies) for :func:`assignment_cost` of ``q``, and the preferences ``ω [P, M]``,
+    ``ω_p = Γ[:, p] / Σ_m Γ[m, p]``. Reads the cost and the plan on the host (``transport.solve``)."""
+    options = IPOT_OPTIONS if method == "ipot" else {}
+    plan = transport.solve(assignment_cost(q), tau=tau, method=method, **options).plan
+    return plan, (plan / plan.sum(0, keepdim=True)).T
 
 
 def regrets(losses: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -476,11 +597,17 @@ def build_policy_aggregators(name: str, options: dict[str, Any], preferences: to
     if pref_key in options:
         raise ValueError(f"aggregator option {pref_key} is set per policy from agent.preferences; leave it out")
     out = []
-    for w in preferences.tolist():
-        own = {} if pref_key is None else {pref_key: [max(v, EPO_FLOOR) for v in w] if name == "epo_al" else w}
+    for w in preferences:
+        own = {} if pref_key is None else {pref_key: aggregator_preference(name, w)}
         out.append(aggregators.build(name, **{"check_finite": "skip", **options, **own}))
     _check_fits(out[0], len(preferences[0]))
     return out
+
+
+def aggregator_preference(name: str, w: torch.Tensor) -> list[float]:
+    """The preference option of aggregator ``name`` for a policy of preference ``w``: ``w`` itself,
+    for EPO-AL with its zeros raised to ``EPO_FLOOR`` (EPO-AL needs every entry > 0)."""
+    return [max(v, EPO_FLOOR) for v in w.tolist()] if name == "epo_al" else w.tolist()
 
 
 def _check_fits(aggregator: Aggregator, m: int) -> None:

@@ -19,7 +19,7 @@ class PreferenceVector:
     _PREF = "pref_vector"
 
     def _init_preference(self, value, strict: bool = False) -> None:
-        self._pref_on, p = {}, None
+        self._pref_on, self._pref_strict, p = {}, strict, None
         if value is not None:
             p = torch.as_tensor(value, dtype=torch.float64).detach().cpu().reshape(-1)
             signs = (p > 0).all() if strict else (p >= 0).all() & (p > 0).any()
@@ -29,6 +29,10 @@ class PreferenceVector:
                     f"{type(self).__name__} option {self._PREF}={value!r} is not valid; allowed: None or K >= 1 finite numbers {allowed}"
                 )
         setattr(self, self._PREF, p)
+
+    def set_preference(self, value) -> None:
+        """Replace the preference, checked as at construction (the next call copies it to the device)."""
+        self._init_preference(value, self._pref_strict)
 
     def _preference(self, k: int, like: torch.Tensor, default: float | None = None) -> torch.Tensor:
         """[K] preference in ``like``'s dtype and device; ``default`` None means 1/K."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from morl.runners.errors import UserError
 from morl.runners.mo.config import MOConfig, load_mo_config
 from morl.runners.mo.front import by_objective
 from morl.runners.rl.metrics import UPDATE_TAGS as SAC_TAGS
@@ -112,6 +113,15 @@ class MOExperiment(SACExperiment):
     def final_metrics(self) -> dict[str, Any]:
         out = {"step": self.s.step, "updates": self.s.updates, "eval/hv_best": self.s.stats.best_hv}
         return {**out, **(self.s.stats.last_eval or {})}
+
+    def load_state_dict(self, state: dict[str, Any], *, for_evaluation: bool = False) -> None:
+        """``morl resume`` and ``morl eval``: a checkpoint of another population is one line."""
+        from morl.agents.rl.mosac import IncompatibleState
+
+        try:
+            super().load_state_dict(state, for_evaluation=for_evaluation)
+        except IncompatibleState as exc:
+            raise UserError(f"checkpoint: {exc}") from None
 
     def state_dict(self) -> dict[str, Any]:
         from morl.runners.mo.session import session_state

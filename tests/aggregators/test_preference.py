@@ -59,3 +59,15 @@ def test_a_bad_preference_names_what_is_allowed(name, key, value, allowed):
     line = f"{owner} option {key}={value!r} is not valid; allowed: None or K >= 1 finite numbers {allowed}"
     with pytest.raises(ValueError, match=f"^{re.escape(line)}$"):
         build(name, **{key: value})
+
+
+def test_set_preference_replaces_the_device_copy_and_keeps_the_check():
+    """After a call has copied the preference, ``set_preference`` makes the next call use the new
+    one (ConFIG on G = I: the hand weights); EPO-AL still refuses a zero entry."""
+    agg = build("config", pref_vector=[0.1, 0.7])
+    agg(torch.eye(2, dtype=torch.float64))
+    agg.set_preference([0.6, 0.2])
+    agg(torch.eye(2, dtype=torch.float64))
+    torch.testing.assert_close(agg.weights, config_on_identity([0.6, 0.2]), rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="> 0 each"):
+        build("epo_al").set_preference([0.5, 0.0])

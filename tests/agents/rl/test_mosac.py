@@ -17,11 +17,20 @@ import math
 
 import pytest
 import torch
-from host_traffic import forbid_host_traffic
+from host_traffic import HostTraffic, forbid_host_traffic
 from torch.distributions import Normal
 
 import morl
-from morl.agents.rl.mosac import MOSAC, MOSACConfig, default_preferences, preference_matrix
+from morl.agents.rl import mosac
+from morl.agents.rl.mosac import (
+    MOSAC,
+    IncompatibleState,
+    MOSACConfig,
+    assignment_cost,
+    default_preferences,
+    preference_matrix,
+    transport_preferences,
+)
 
 O, A, M, P, B = 4, 2, 2, 3, 8
 H = [8, 8]
@@ -177,8 +186,8 @@ def test_a_sign_flip_of_the_reward_changes_the_target():
     torch.testing.assert_close(y - flipped, 2 * batch["reward"].expand(P, B, M))
 
 
-def _actor_gradient_setup(aggregator, options=None):
-    agent = _agent(aggregator, options, init_temperature=0.3)
+def _actor_gradient_setup(aggregator, options=None, **kw):
+    agent = _agent(aggregator, options, init_temperature=0.3, **kw)
     batch = _batch()
     _, eps = _noises(agent)
     alpha = agent.log_alpha.detach().exp().double()
@@ -199,10 +208,26 @@ def test_linear_actor_gradient_is_the_gradient_of_the_scalarised_loss():
     assert torch.equal(agent.preferences, default_preferences(M, P).float())  # the extremes included
 
 
-@pytest.mark.parametrize("name, options", [("mgda", {}), ("epo_al", {}), ("pcd", {"tau": 0.1}), ("upgrad", {})])
-def test_aggregated_direction_is_the_aggregator_on_rows_computed_one_by_one(name, options):
-    agent, leaves, losses, qs, out = _actor_gradient_setup(name, options)
-    omega = agent.preferences.double()
+@pytest.mark.parametrize(
+    "name, options, assignment",
+    [
+        ("mgda", {}, "fixed"),
+        ("epo_al", {}, "fixed"),
+        ("pcd", {"tau": 0.1}, "fixed"),
+        ("upgrad", {}, "fixed"),
+        ("epo_al", {}, "transport"),
+        ("pcd", {"tau": 0.1}, "transport"),
+        ("upgrad", {}, "transport"),
+    ],
+)
+def test_aggregated_direction_is_the_aggregator_on_rows_computed_one_by_one(name, options, assignment):
+    # transport: the preferences assigned at this update (step 0) are the ones its aggregators use
+    given = {} if assignment == "fixed" else {"preferences": GIVEN}
+    agent, leaves, losses, qs, out = _actor_gradient_setup(name, options, assignment=assignment, **given)
+    omega = agent.host_preferences
+    if assignment == "transport":
+        torch.testing.assert_close(omega, _pot_preferences(qs), rtol=0, atol=1e-6)
+        assert not torch.allclose(omega, torch.tensor(GIVEN, dtype=torch.float64))
     regret = losses.detach() + qs.detach().amax(0)  # the losses aggregators see: shortfall to the ideal point
     directions, cosines = [], []
     for p in range(P):
@@ -272,28 +297,171 @@ def test_temperatures_and_targets():
         torch.testing.assert_close(t, 0.995 * old + 0.005 * c.detach())
 
 
-def _round_trip(agent, name, options):
-    raw = io.BytesIO()
-    torch.save(agent.state_dict(), raw)
-    restored = _agent(name, options, seed=5)
-    restored.load_state_dict(torch.load(io.BytesIO(raw.getvalue()), weights_only=False))
-    return restored
+GIVEN = [[0.2, 0.8], [0.7, 0.3], [0.4, 0.6]]  # no vertex of the transport polytope gives these
 
 
-@pytest.mark.parametrize("name, options", [("linear", {}), ("epo_al", {}), ("pcd", {}), ("moco", {})])
-def test_state_dict_round_trip_gives_identical_next_update(name, options):
-    agent = _agent(name, options)
+def _hand_cost(qs):
+    """``C [M, P]`` by loops: minus policy p's Q-value of objective m standardised over the policies."""
+    cost = torch.zeros(qs.shape[1], qs.shape[0], dtype=torch.float64)
+    for m in range(qs.shape[1]):
+        col = [float(v) for v in qs[:, m].detach()]
+        mean = sum(col) / len(col)
+        std = math.sqrt(sum((v - mean) ** 2 for v in col) / len(col))
+        for p, v in enumerate(col):
+            cost[m, p] = -(v - mean) / std
+    return cost
+
+
+def _pot_preferences(qs):
+    """ω from POT's exact OT plan (``ot.emd``, marginals 1/M and 1/P) on the hand cost."""
+    import ot
+
+    cost = _hand_cost(qs.double())
+    m, p = cost.shape
+    plan = torch.as_tensor(ot.emd(torch.full((m,), 1 / m).double().numpy(), torch.full((p,), 1 / p).double().numpy(),
+                                  cost.numpy()))  # fmt: skip
+    return (plan / plan.sum(0)).T
+
+
+def test_the_transport_plan_of_an_obvious_cost():
+    # policies 0 and 1 have the larger Q-values of objective 0, policies 2 and 3 of objective 1
+    q = torch.tensor([[3.0, 0.0], [2.0, 1.0], [1.0, 2.0], [0.0, 3.0]], dtype=torch.float64)
+    s = math.sqrt(1.25)  # the standard deviation of 0, 1, 2, 3
+    expected_cost = torch.tensor([[-1.5, -0.5, 0.5, 1.5], [1.5, 0.5, -0.5, -1.5]], dtype=torch.float64) / s
+    torch.testing.assert_close(assignment_cost(q), expected_cost)
+    onehot = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=torch.float64)
+    for method in ("ipot", "sinkhorn"):
+        plan, omega = transport_preferences(q, method=method)
+        torch.testing.assert_close(plan, onehot.T / 4, rtol=0, atol=1e-9)
+        torch.testing.assert_close(omega, onehot, rtol=0, atol=1e-9)
+    _, omega = transport_preferences(q[:, [1, 0]])  # the policies' standings swapped: so are their objectives
+    torch.testing.assert_close(omega, onehot.flip(0), rtol=0, atol=1e-9)
+    _, omega = transport_preferences(torch.eye(2, dtype=torch.float64))  # M = P = 2
+    torch.testing.assert_close(omega, torch.eye(2, dtype=torch.float64), rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_transport_preferences_match_pot_exact_plan(seed):
+    g = torch.Generator().manual_seed(seed)
+    # P >= 3: with two policies each standardised row is ±1 and the optimal plan is not unique
+    for p, m in ((3, 2), (6, 3), (4, 3), (5, 2)):
+        q = torch.randn(p, m, generator=g, dtype=torch.float64) * 50
+        torch.testing.assert_close(assignment_cost(q), _hand_cost(q))
+        torch.testing.assert_close(transport_preferences(q)[1], _pot_preferences(q), rtol=0, atol=1e-6)
+
+
+def test_transport_assigns_before_the_linear_actor_step_and_from_its_q_values():
+    agent, leaves, losses, qs, _ = _actor_gradient_setup("linear", assignment="transport", preferences=GIVEN)
+    omega = agent.host_preferences
+    torch.testing.assert_close(omega, _pot_preferences(qs), rtol=0, atol=1e-6)
+    assert torch.equal(agent.preferences, omega.float())
+    grads = torch.autograd.grad((omega * losses).sum(), leaves)  # the step already used the new ω
+    for g, h in zip(_moments(agent.actor_opt, agent.actor.parameters()), grads):
+        torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-7)
+
+
+def _recorded_solves(monkeypatch):
+    calls = []
+    real = mosac.transport.solve
+
+    def recording(cost, **kw):
+        calls.append(kw)
+        return real(cost, **kw)
+
+    monkeypatch.setattr(mosac.transport, "solve", recording)
+    return calls
+
+
+@pytest.mark.parametrize("assign_every, actor_update_freq, expected", [(3, 1, [0, 3, 6]), (4, 2, [0, 4])])
+def test_the_preferences_change_exactly_every_assign_every_updates(
+    assign_every, actor_update_freq, expected, monkeypatch
+):
+    calls = _recorded_solves(monkeypatch)
+    agent = _agent(assignment="transport", assign_every=assign_every, actor_update_freq=actor_update_freq,
+                   transport_tau=0.25, transport_method="sinkhorn", preferences=GIVEN)  # fmt: skip
+    assigned, before = [], agent.host_preferences
+    for step in range(8):
+        n = len(calls)
+        out = agent.update(_batch(step), step)
+        if len(calls) > n:
+            assigned.append(step)
+        else:
+            assert torch.equal(agent.host_preferences, before), step
+        assert torch.equal(out["preferences"], agent.preferences)
+        before = agent.host_preferences
+    assert assigned == expected
+    assert all(kw == {"tau": 0.25, "method": "sinkhorn"} for kw in calls)
+
+
+def test_fixed_preferences_never_change(monkeypatch):
+    calls = _recorded_solves(monkeypatch)
+    agent = _agent("epo_al", assign_every=1, preferences=GIVEN)
+    for step in range(3):
+        out = agent.update(_batch(step), step)
+    assert calls == [] and torch.equal(agent.host_preferences, agent.config_preferences)
+    assert torch.equal(out["preferences"], agent.config_preferences.float())
+    assert [a.preference.tolist() for a in agent.aggregators] == agent.config_preferences.tolist()
+
+
+def test_a_non_finite_batch_keeps_the_preferences():
+    agent = _agent(assignment="transport", assign_every=2)
+    agent.update(_batch(0), 0)
+    assigned = agent.host_preferences
+    batch = _batch(1)
+    batch["obs"][2].fill_(float("nan"))  # the actor step's Q-values are NaN: the update is skipped
+    out = agent.update(batch, 2)
+    assert int(out["nonfinite_updates"]) == 1
+    assert torch.equal(agent.host_preferences, assigned) and torch.equal(out["preferences"], assigned.float())
+
+
+def test_a_checkpoint_of_the_older_critic_layout_fails_with_one_line():
+    from morl.agents.rl.networks import TwinCriticEnsemble
+
+    state = _agent().state_dict()
+    older = TwinCriticEnsemble(O, A, P * M, H).state_dict()  # one scalar twin critic per policy and objective
+    with pytest.raises(IncompatibleState) as err:
+        _agent().load_state_dict({**state, "critic": older, "critic_target": older})
+    (line,) = str(err.value).splitlines()
+    assert "critics are 6 twin critics with 1 output, hidden [8, 8]" in line
+    assert "expects 3 twin critics with 2 outputs, hidden [8, 8]" in line and "older layout" in line
+    with pytest.raises(
+        IncompatibleState, match=r"hidden \[8, 4\]; this MO-SAC expects 3 twin critics with 2 outputs, hidden \[8, 8\]"
+    ):
+        _agent().load_state_dict({**state, "critic": TwinCriticEnsemble(O, A, P, [8, 4], out_dim=M).state_dict()})
+
+
+@pytest.mark.parametrize(
+    "name, options, assignment",
+    [
+        ("linear", {}, "fixed"),
+        ("epo_al", {}, "fixed"),
+        ("pcd", {}, "fixed"),
+        ("moco", {}, "fixed"),
+        ("linear", {}, "transport"),
+        ("epo_al", {}, "transport"),
+        ("pcd", {}, "transport"),
+    ],
+)
+def test_state_dict_round_trip_gives_identical_next_update(name, options, assignment):
+    kw = {"assignment": assignment, "assign_every": 2, "preferences": GIVEN}
+    agent = _agent(name, options, **kw)
     for step in range(3):
         agent.update(_batch(step), step)
-    restored = _round_trip(agent, name, options)
-    out_a, out_b = agent.update(_batch(9), 3), restored.update(_batch(9), 3)
-    assert out_a.keys() == out_b.keys()
-    for key in out_a:
-        assert torch.equal(out_a[key], out_b[key]), key
+    raw = io.BytesIO()
+    torch.save(agent.state_dict(), raw)
+    restored = _agent(name, options, seed=5, **kw)
+    restored.load_state_dict(torch.load(io.BytesIO(raw.getvalue()), weights_only=False))
+    assert torch.equal(restored.host_preferences, agent.host_preferences)
+    assert (assignment == "transport") != torch.equal(agent.host_preferences, agent.config_preferences)
+    for step in (3, 4):  # transport: update 4 assigns again
+        out_a, out_b = agent.update(_batch(step + 9), step), restored.update(_batch(step + 9), step)
+        assert out_a.keys() == out_b.keys()
+        for key in out_a:
+            assert torch.equal(out_a[key], out_b[key]), key
     for m in ("actor", "critic", "critic_target"):
         assert all(torch.equal(x, y) for x, y in zip(getattr(agent, m).parameters(), getattr(restored, m).parameters()))
     other = _agent(name, options, preferences=[[0.5, 0.5]] * P)
-    with pytest.raises(ValueError, match="other preferences"):
+    with pytest.raises(IncompatibleState, match="other preferences"):
         other.load_state_dict(agent.state_dict())
 
 
@@ -341,11 +509,18 @@ def test_aggregators_that_do_not_fit_fail_with_one_line(name, options, words):
         ({"preferences": [[1, 0, 0]] * P}, ["2 entries per row"]),
         ({"preferences": [[1, -1]] * P}, [">= 0"]),
         ({"tau": 0.0}, ["agent.tau"]),
+        ({"assignment": "most"}, ["agent.assignment='most'", "allowed: fixed, transport"]),
+        ({"assign_every": 0}, ["agent.assign_every", "multiple >= 1", "got 0"]),
+        ({"assign_every": 3, "actor_update_freq": 2}, ["agent.assign_every", "actor_update_freq=2", "got 3"]),
+        ({"transport_tau": -0.5}, ["agent.transport_tau", ">= 0", "-0.5"]),
+        ({"transport_tau": float("inf")}, ["agent.transport_tau", "finite"]),
+        ({"transport_method": "emd"}, ["agent.transport_method='emd'", "allowed: ipot, sinkhorn"]),
     ],
 )
 def test_a_bad_config_names_the_field(kw, words):
     with pytest.raises(ValueError) as err:
         _agent(**kw)
+    assert len(str(err.value).splitlines()) == 1
     for word in words:
         assert word in str(err.value)
 
@@ -371,3 +546,20 @@ def test_an_update_moves_nothing_between_host_and_device(name, device, monkeypat
         for step in (1, 2):
             out = agent.update(batch, step)
     assert all(v.device.type == device for v in out.values())
+
+
+@pytest.mark.parametrize("name", ["linear", "epo_al"])
+def test_updates_between_two_assignments_move_nothing_between_host_and_device(name, monkeypatch):
+    """The transport solve reads its cost and plan on the host; only the assigning updates do."""
+    import torch.optim.adam as torch_adam
+
+    from tests.aggregators.test_update_no_sync import CPU_ONLY_READS
+
+    monkeypatch.setattr(torch_adam, "_device_dtype_check_for_fused", lambda p: None)
+    agent = _agent(name, assignment="transport", assign_every=3)
+    agent.update(_batch(), 0)  # assigns
+    with forbid_host_traffic(strict_cpu=True, allow=CPU_ONLY_READS):
+        for step in (1, 2):
+            agent.update(_batch(step), step)
+    with pytest.raises(HostTraffic), forbid_host_traffic(strict_cpu=True, allow=CPU_ONLY_READS):
+        agent.update(_batch(3), 3)  # assigns

@@ -54,6 +54,7 @@ def _one_error_line(capsys) -> str:
         (["agent.preferences=[[1, 0]]"], ["agent.preferences has 1 rows", "population=4"]),
         (["agent.preferences=[[1, 0, 0]]", "agent.population=1"], ["agent.preferences", "2 entries per row"]),
         (["env.name=mo-hopper-v5", "agent.population=4"], ["population=4", "allowed: 3, 6, 10"]),
+        (["agent.assignment=most"], ["agent.assignment", "fixed, transport"]),
         (["front.eum_weights=30"], ["front.eum_weights", "10, 20, 50, 100"]),
         (["front.gamma=1.5"], ["front.gamma", "[0, 1]"]),
         (["run.total_steps=0"], ["run.total_steps", ">= 1"]),

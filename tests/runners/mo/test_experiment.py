@@ -50,6 +50,7 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
     train = records[-2] if records[-1]["kind"] == "eval" else records[-1]
     assert set(train["loss/critic/control_cost"]) == {"p0", "p1"} and set(train["alpha"]) == {"p0", "p1"}
     assert train["aggregator/weight/forward_velocity"] == {"p0": 1.0, "p1": 0.0}  # linear: the preferences
+    assert train["train/preferences/forward_velocity"] == {"p0": 1.0, "p1": 0.0}
     assert _images(run_dir) == {"eval/front": [10, 12]}
     final = json.loads((run_dir / "final_metrics.json").read_text())
     assert final["eval/hv"] == last["eval/hv"] and final["step"] == 12
@@ -60,8 +61,11 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
     assert "eval/hv:" in out and "eval/return/control_cost" in out
 
 
-def test_a_crashed_run_resumed_equals_the_uninterrupted_one(tmp_path, monkeypatch):
+@pytest.mark.parametrize("assignment", ["fixed", "transport"])
+def test_a_crashed_run_resumed_equals_the_uninterrupted_one(assignment, tmp_path, monkeypatch):
     overrides = [*TINY, "run.total_steps=24", "aggregator.name=epo_al", "aggregator.options={}"]
+    # transport: updates 0, 3, ..., 15 re-assign (9 to 15 after the resume) the given preferences
+    overrides += [f"agent.assignment={assignment}", "agent.assign_every=3", "agent.preferences=[[0.6,0.4],[0.3,0.7]]"]
     full = start("mo", load_mo_config(QUICK, [*overrides, f"run.out_dir={tmp_path / 'full'}"]), progress=False)
     real = mo_session.collect_action
 
@@ -78,6 +82,7 @@ def test_a_crashed_run_resumed_equals_the_uninterrupted_one(tmp_path, monkeypatc
     assert torch_load(crashed / "checkpoints" / "last.pt")["step"] == 16
     assert morl(["resume", str(crashed), "--no-progress"]) == 0
     a, b = (torch_load(d / "checkpoints" / "last.pt") for d in (full, crashed))
+    assert (assignment == "transport") != bool((a["agent"]["assigned_preferences"] == a["agent"]["preferences"]).all())
     for key in ("agent", "replay", "env", "eval_env", "rng", "stats"):
         assert_state_equal(a[key], b[key], key)
     strip = [{k: v for k, v in r.items() if k != "time" and not k.startswith("perf/")} for r in _records(full)]
@@ -85,6 +90,26 @@ def test_a_crashed_run_resumed_equals_the_uninterrupted_one(tmp_path, monkeypatc
         {k: v for k, v in r.items() if k != "time" and not k.startswith("perf/")} for r in _records(crashed)
     ]
     assert sorted(_images(crashed)["eval/front"]) == [10, 20, 24]  # the resumed run draws 20 and 24, none twice
+
+
+def test_a_checkpoint_of_the_older_critic_layout_is_one_line(tmp_path, capsys):
+    """Older MO-SAC checkpoints hold P·M scalar twin critics; eval and resume refuse them in one line."""
+    from morl.agents.rl.networks import TwinCriticEnsemble
+    from morl.runners.checkpoint import atomic_torch_save
+
+    out_dir = tmp_path / "runs"
+    assert morl(["train", QUICK, *TINY, "run.total_steps=9", f"run.out_dir={out_dir}", "--no-progress"]) == 0
+    (run_dir,) = out_dir.iterdir()
+    state = torch_load(run_dir / "checkpoints" / "last.pt")
+    older = TwinCriticEnsemble(17, 6, 2 * 2, [8, 8]).state_dict()  # 2 policies x 2 objectives, one output each
+    state["agent"].update(critic=older, critic_target=older)
+    atomic_torch_save(state, run_dir / "checkpoints" / "last.pt")
+    capsys.readouterr()
+    for command in (["eval", str(run_dir)], ["resume", str(run_dir), "--no-progress"]):
+        assert morl(command) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("morl: error: checkpoint: "), err
+        assert "4 twin critics with 1 output" in err[0] and "expects 2 twin critics with 2 outputs" in err[0]
 
 
 def test_report_aggregates_the_hypervolume_over_seeds(tmp_path, capsys):
