@@ -66,7 +66,7 @@ CASES: dict[str, Case] = {
     "rlw": Case(linear=True, stochastic=True, stateful=True),
     # projection / Gramian methods (tests/aggregators/test_upgrad.py, test_dualproj.py, ...). UPGrad and DualProj:
     # d = 0 when a strictly positive combination of the rows vanishes (the dual cone is then
-    # null(J)), not at every weakly Pareto-stationary J (see docs/aggregators.md).
+    # null(J)), not at every weakly Pareto-stationary J (see docs/aggregators/projections.md).
     "upgrad": Case(non_conflicting=True, stationary_zero=True, permutation_invariant=True, linear=True),
     "dualproj": Case(non_conflicting=True, stationary_zero=True, permutation_invariant=True, linear=True),
     "imtl_g": Case(permutation_invariant=True, linear=True),

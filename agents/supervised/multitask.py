@@ -180,7 +180,7 @@ class SupervisedMTL:
             module's output z (``shared`` must then be a submodule or the name of one, e.g.
             ``"trunk"``; z is captured by a forward hook), and that one gradient of z is
             back-propagated once through the trunk. Cheaper for a large trunk; an approximation
-            of the exact direction (docs/aggregators.md). :attr:`last_task_grads` stays None.
+            of the exact direction (docs/gradients.md). :attr:`last_task_grads` stays None.
         heads: the K task heads, head k producing task k's output, each called once on a per-row
             input ``[N, ...]`` (the shared module's output): an ``nn.ModuleList`` or its name
             (e.g. ``"heads"``). With per-task batches (``task_index``), head k runs on task k's

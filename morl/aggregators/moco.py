@@ -5,7 +5,7 @@
     (10) d       = out_scale · λᵀ Y
 
 β_k = beta0 / (k + k0)^beta_pow, γ_k likewise. ``order="code"`` (the authors' code) uses Y_{k+1},
-λ_{k+1} in (9)-(10), ``"paper"`` uses Y_k, λ_k. Presets and the paper/code differences: docs/aggregators.md.
+λ_{k+1} in (9)-(10), ``"paper"`` uses Y_k, λ_k. Presets and the paper/code differences: docs/aggregators/weights.md.
 """
 
 from collections.abc import Sequence

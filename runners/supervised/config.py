@@ -53,7 +53,7 @@ class SupervisedConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     task_weights: list[float] | None = None
     # what the aggregator combines: params (the [K, D] shared-parameter gradients) or features (MGDA-UB's
-    # gradients w.r.t. the trunk output, back-propagated once; docs/aggregators.md)
+    # gradients w.r.t. the trunk output, back-propagated once; docs/gradients.md)
     grad_wrt: Literal["params", "features"] = "params"
     max_grad_norm: float | None = None
     eval_every: int = 1  # epochs
