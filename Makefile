@@ -42,7 +42,7 @@ train: $(STAMP)
 	if [ -z "$$cfg" ]; then \
 	  if $(BIN)/python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then cfg=configs/mt10_cagrad.yaml; \
 	  else cfg=configs/mt10_cpu.yaml; \
-	    echo "make train: no GPU here, so MT10 with the CPU recipe $$cfg (smaller networks, evaluation every 5k steps);"; \
+	    echo "make train: no GPU here, so MT10 with the CPU recipe $$cfg (plain MT-SAC, smaller networks with LayerNorm, evaluation every 5k steps);"; \
 	    echo "            the seeds' 2M-step recipe (days on a CPU): make train CONFIG=configs/mt10_cagrad.yaml"; fi; \
 	fi; \
 	$(BIN)/morl train $$cfg $(ARGS)
