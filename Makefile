@@ -8,7 +8,7 @@ ARGS   ?=
 
 LOCK   := requirements/lock.txt
 
-.PHONY: install train test test-all lint bench clean lock morl-baselines
+.PHONY: install train test test-all lint bench clean lock morl-baselines morl-baselines-runs
 
 install: $(STAMP)
 
@@ -76,6 +76,17 @@ morl-baselines:
 	$(MOB)/bin/python -m pip install -q --no-deps --no-build-isolation -e . > $(MOB)/install-morl.log 2>&1 \
 	  || { cat $(MOB)/install-morl.log; exit 1; }
 	@echo "make morl-baselines: done; run: $(MOB)/bin/python tools/morl_baselines_run.py --help"
+
+# docs/results/rl.md's MORL-Baselines side: CAPQL and linear-scalarisation SAC, seeds 0-2, on both
+# tasks, one run at a time (~45 CPU-minutes each). A finished run is kept; an interrupted one starts over.
+MOB_RUNS ?= runs/morl_baselines
+morl-baselines-runs: morl-baselines
+	@for env in mo-hopper-v5 mo-halfcheetah-v5; do for algo in capql linear_sac; do for seed in 0 1 2; do \
+	  out=$(MOB_RUNS)/$$algo-$$env-s$$seed; test -f $$out/final_metrics.json && continue; rm -rf $$out; \
+	  echo "make morl-baselines-runs: $$out"; \
+	  OMP_NUM_THREADS=1 $(MOB)/bin/python tools/morl_baselines_run.py --algo $$algo --env $$env --seed $$seed \
+	    --out $$out || exit 1; \
+	done; done; done
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
