@@ -135,7 +135,7 @@ class _Stream:
         self.gram = torch.zeros(k, k, dtype=dtype, device=device)
         self.covered = covered  # recorded layer whose weight is in params -> its bias is too
         self.k, self.start = k, 0
-        self.kept: dict | None = {} if rows < k else None  # parameter -> its rows [K, p]
+        self.kept: dict | None = {} if rows < k else None  # id(parameter) -> its rows [K, p]
         self.deltas: dict = {}  # layer -> {call: its Δ rows [K, ...]}
 
     def add(self, rows: torch.Tensor, block: torch.Tensor, col: int = 0) -> None:
