@@ -280,7 +280,8 @@ def backward(
       the exact direction without the ``[K, D]`` matrix: G = J Jᵀ streamed
       (:func:`morl.gramian_tape.streamed_gramian`), the weights w from G, then ONE backward of
       ``wᵀ losses``; ``gramian=tape`` (a :class:`~morl.gramian_tape.GramianTape` that recorded
-      the forward) also spares the recorded layers' ``[K, p]`` blocks;
+      the forward) also spares the recorded layers' ``[K, p]`` blocks (``GramianTape(model,
+      rows=c)``: c objectives per batched backward);
     * otherwise the ``[K, D]`` rows (:func:`per_task_grads`) and the aggregator on them.
 
     ``task_params`` (e.g. the heads) get the gradient of ``Σ_k L_k``: a parameter only task k's

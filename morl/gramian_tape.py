@@ -13,7 +13,11 @@ produces it, G = Σ_b J_b J_bᵀ, freeing the block at once:
   its rows in slices of output units, J_s = Δ_{k,s}ᵀ a; a convolution its weight rows in slices
   of output channels from the convolution's weight gradient; a bias G_kl += (Σ_n Δ_k)·(Σ_n Δ_l);
 * before the backward, one walk of the losses' autograd graph checks that every use of a
-  recorded weight or bias is a recorded call (anything else would be missing from G).
+  recorded weight or bias is a recorded call (anything else would be missing from G);
+* ``GramianTape(model, rows=c)`` runs the batched backward c objectives at a time (K/c passes), so
+  its frontier holds c rows, not K: a cross-chunk block G_kl needs both rows, so each block keeps
+  its smaller form across chunks, its rows ``[K, p]`` or a layer's Δ ``[K, N, out]``, folded at
+  the end. Unchunked, folding as autograd goes keeps nothing: that is better when Δ is large.
 
 Autograd hands a hook inside ``vmap`` one row at a time; :class:`_Fold`'s ``vmap`` rule is where
 the K rows are seen together.
@@ -71,12 +75,17 @@ class GramianTape:
     A layer called several times (weight sharing) is handled. A recorded layer's weight or bias
     that the losses also reach another way (tied to another module, or a forward outside the
     latest ``with tape:``) is refused by ``morl.backward`` with one error: G would miss that use.
-    Records last until the next ``with tape:``."""
+    Records last until the next ``with tape:``. ``rows=c``: the Gramian's batched backward takes
+    c objectives at a time (default None: all K in one pass)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, rows: int | None = None) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"GramianTape records an nn.Module's layers, got {type(model).__name__}")
-        self.model = model
+        if rows is not None and (isinstance(rows, bool) or not isinstance(rows, int) or rows < 1):
+            raise ValueError(
+                f"GramianTape: rows must be an int >= 1 (objectives per backward pass) or None, got {rows!r}"
+            )
+        self.model, self.rows = model, rows
         self.calls: dict[nn.Module, _Calls] = {}
         self._handles: list = []
         self._fold: Callable | None = None  # set while streamed_gramian runs
@@ -118,15 +127,26 @@ def _supported(m: nn.Module) -> bool:
 
 
 class _Stream:
-    """The Gramian being summed, and the Δs of layers still waiting for another call's."""
+    """The Gramian being summed, and the Δs of layers still waiting for another call's. In chunks
+    (``rows < k``) each block's rows and each deferred layer's Δ are kept ``[K, ...]`` until
+    :meth:`finish`; ``start`` is the current chunk's first objective."""
 
-    def __init__(self, k: int, dtype: torch.dtype, device: torch.device, covered: dict) -> None:
+    def __init__(self, k: int, rows: int, dtype: torch.dtype, device: torch.device, covered: dict) -> None:
         self.gram = torch.zeros(k, k, dtype=dtype, device=device)
         self.covered = covered  # recorded layer whose weight is in params -> its bias is too
+        self.k, self.start = k, 0
+        self.kept: dict | None = {} if rows < k else None  # id(parameter) -> its rows [K, p]
+        self.deltas: dict = {}  # layer -> {call: its Δ rows [K, ...]}
 
-    def add(self, rows: torch.Tensor) -> None:
+    def add(self, rows: torch.Tensor, block: torch.Tensor, col: int = 0) -> None:
+        """Fold rows ``[c, ...]`` of ``block`` (its columns from ``col`` on), or keep them."""
         flat = rows.reshape(rows.shape[0], -1).to(self.gram.dtype)
-        self.gram += flat @ flat.T
+        if self.kept is None:
+            self.gram += flat @ flat.T
+            return
+        if id(block) not in self.kept:
+            self.kept[id(block)] = flat.new_zeros(self.k, block.numel())
+        self.kept[id(block)][self.start : self.start + flat.shape[0], col : col + flat.shape[1]] = flat
 
     def layer(self, calls_of: dict, module: nn.Module, index: int, rows: torch.Tensor) -> None:
         calls = calls_of[module]
@@ -135,20 +155,38 @@ class _Stream:
             self.flush(module, calls)
 
     def flush(self, module: nn.Module, calls: _Calls) -> None:
-        """Fold a layer once the Δ of every call that reached the losses is in."""
+        """Fold a layer once the Δ of every call that reached the losses is in (in chunks: keep
+        its Δ rows instead when they are smaller than its weight's)."""
         if not calls.deltas:
             return
         order = sorted(calls.deltas)
         a = [calls.inputs[i] for i in order]
         d = [calls.deltas[i].to(self.gram.dtype) for i in order]
         calls.deltas = {}
+        if self.kept is not None and sum(x[0].numel() for x in d) < module.weight.numel():
+            kept = self.deltas.setdefault(module, {})
+            for i, x in zip(order, d):
+                kept.setdefault(i, x.new_zeros(self.k, *x.shape[1:]))[self.start : self.start + x.shape[0]] = x
+            return
         k = d[0].shape[0]
         if self.covered[module]:  # Σ over batch and positions of Δ_k: [K, out]
             conv = isinstance(module, _CONVS)
             self.add(
-                sum(x.sum(dim=[1, *range(3, x.dim())]) if conv else x.reshape(k, -1, x.shape[-1]).sum(1) for x in d)
+                sum(x.sum(dim=[1, *range(3, x.dim())]) if conv else x.reshape(k, -1, x.shape[-1]).sum(1) for x in d),
+                module.bias,
             )
         (_conv_weight if isinstance(module, _CONVS) else _linear_weight)(self, module, a, d)
+
+    def finish(self, calls_of: dict) -> None:
+        """Fold what the chunks kept: each block's rows, then each deferred layer from its K Δs."""
+        kept, self.kept = self.kept or {}, None
+        while kept:
+            rows = kept.popitem()[1]
+            self.gram += rows @ rows.T
+        while self.deltas:
+            module, deltas = self.deltas.popitem()
+            calls_of[module].deltas = deltas
+            self.flush(module, calls_of[module])
 
 
 def _linear_weight(stream: _Stream, module: nn.Linear, a: list, d: list) -> None:
@@ -156,7 +194,7 @@ def _linear_weight(stream: _Stream, module: nn.Linear, a: list, d: list) -> None
     a = torch.cat([x.reshape(-1, module.in_features) for x in a]).to(stream.gram.dtype)  # [N, in]
     d = torch.cat([x.reshape(k, -1, out) for x in d], dim=1)  # [K, N, out]
     n, width = a.shape
-    if _kernel_is_cheaper(n, k, width, out):
+    if stream.kept is None and _kernel_is_cheaper(n, k, width, out):  # it writes G: all K rows
         kernel, flat = a @ a.T, d.reshape(k, -1)
         chunk = max(1, k // 8)  # (a aᵀ) Δ for a few tasks at a time: no second [K, N, out]
         for c in range(0, k, chunk):
@@ -165,7 +203,7 @@ def _linear_weight(stream: _Stream, module: nn.Linear, a: list, d: list) -> None
         return
     step = max(1, out // k)  # each slice [K, step, in] is at most one weight's size
     for s in range(0, out, step):
-        stream.add(torch.einsum("kno,ni->koi", d[:, :, s : s + step], a))
+        stream.add(torch.einsum("kno,ni->koi", d[:, :, s : s + step], a), module.weight, s * width)
 
 
 def _kernel_is_cheaper(n: int, k: int, width: int, out: int) -> bool:
@@ -188,7 +226,9 @@ def _conv_weight(stream: _Stream, module: nn.Module, a: list, d: list) -> None:
     per_task = torch.vmap(weight_grad, in_dims=(0, None, None))
     for s in range(0, out, step):  # the calls one by one: their inputs may differ in size
         weight = w[s : s + step]
-        stream.add(sum(per_task(x[:, :, s : s + step], y, weight) for x, y in zip(d, a)))
+        stream.add(
+            sum(per_task(x[:, :, s : s + step], y, weight) for x, y in zip(d, a)), module.weight, s * w[0].numel()
+        )
 
 
 def _check_tape(losses: torch.Tensor, tape: GramianTape, covered: dict) -> None:
@@ -246,9 +286,11 @@ def streamed_gramian(
     losses: torch.Tensor, params: Sequence[torch.Tensor], tape: GramianTape | None = None
 ) -> torch.Tensor:
     """G = J Jᵀ ``[K, K]`` (params' common dtype) of the Jacobian of ``losses`` w.r.t. ``params``,
-    in one batched backward that keeps the graph. Layers ``tape`` recorded contribute from their
-    inputs and output gradients; every other parameter through its own ``[K, p]`` block."""
+    in one batched backward (``tape.rows`` objectives at a time) that keeps the graph. Layers
+    ``tape`` recorded contribute from their inputs and output gradients; every other parameter
+    through its own ``[K, p]`` block."""
     k = losses.shape[0]
+    rows = min(k, tape.rows or k) if tape is not None else k
     dtype = functools.reduce(torch.promote_types, (p.dtype for p in params))
     ids = {id(p) for p in params}
     recorded = tape.calls if tape is not None else {}
@@ -258,13 +300,13 @@ def streamed_gramian(
     taken = {id(t) for m, with_bias in covered.items() for t in ([m.weight, m.bias] if with_bias else [m.weight])}
     rest = [p for p in params if id(p) not in taken]
     anchors = [a for m in covered for a in tape.calls[m].anchors]
-    stream = _Stream(k, dtype, losses.device, covered)
+    stream = _Stream(k, rows, dtype, losses.device, covered)
 
-    def fold_param(g: torch.Tensor) -> torch.Tensor:
-        _Fold.apply(g, stream.add)
-        return torch.zeros((), dtype=g.dtype, device=g.device).expand(g.shape)  # the block is not kept
+    def fold_param(p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        _Fold.apply(g, lambda block_rows: stream.add(block_rows, p))
+        return torch.zeros((), dtype=g.dtype, device=g.device).expand(g.shape)  # autograd's block is not kept
 
-    handles = [p.register_hook(fold_param) for p in rest]
+    handles = [p.register_hook(functools.partial(fold_param, p)) for p in rest]
     if tape is not None:
         tape._fold = lambda m, i, rows: stream.layer(tape.calls, m, i, rows) if m in covered else None
 
@@ -272,13 +314,17 @@ def streamed_gramian(
         torch.autograd.grad(losses, anchors + rest, e, retain_graph=True, allow_unused=True)
         return e.sum()
 
+    eye = torch.eye(k, dtype=losses.dtype, device=losses.device)
     try:
-        torch.vmap(one_row)(torch.eye(k, dtype=losses.dtype, device=losses.device))
+        for start in range(0, k, rows):
+            stream.start = start
+            torch.vmap(one_row)(eye[start : start + rows])
+            for m in covered:  # calls whose output no loss used sent no Δ
+                stream.flush(m, tape.calls[m])
     finally:
         for h in handles:
             h.remove()
         if tape is not None:
             tape._fold = None
-    for m in covered:  # calls whose output no loss used sent no Δ
-        stream.flush(m, tape.calls[m])
+    stream.finish(tape.calls if tape is not None else {})
     return stream.gram

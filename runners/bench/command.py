@@ -41,10 +41,14 @@ def add_arguments(parser) -> None:
     parser.add_argument(
         "--methods",
         default=None,
-        help="with --against: comma-separated morl method names to time (default: every paired method)",
+        help="with --against: comma-separated morl method names to time (default: every paired method); "
+        "scale: the cells' methods, e.g. plain,gramian,gramian:2 (gramian:c: c objectives per batched backward)",
     )
     parser.add_argument(
-        "--ks", default=None, help="with --against: comma-separated K values (default: 2,10,50,100; --quick 2,5)"
+        "--ks",
+        default=None,
+        help="with --against: comma-separated K values (default: 2,10,50,100; --quick 2,5); scale: the cells' K "
+        "(default: 2,10,40; --quick 3)",
     )
     parser.add_argument(
         "--ds",
@@ -76,9 +80,12 @@ def main(args) -> int:
         raise UserError("--check-finite applies with --against only")
     if getattr(args, "growth", False) and args.target != "scale":
         raise UserError("--growth applies to `morl bench scale` only")
+    scale_cells = args.target == "scale" and not getattr(args, "growth", False)
     for opt in ("methods", "ks", "ds"):
-        if getattr(args, opt, None) is not None and not getattr(args, "against", None):
-            raise UserError(f"--{opt} applies with --against only")
+        allowed = getattr(args, "against", None) or (scale_cells and opt != "ds")
+        if getattr(args, opt, None) is not None and not allowed:
+            also = "" if opt == "ds" else " or to `morl bench scale` (not --growth)"
+            raise UserError(f"--{opt} applies with --against{also} only")
     if getattr(args, "threads", None) is not None and args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
     import torch

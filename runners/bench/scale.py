@@ -4,7 +4,8 @@ Models: a ReLU MLP trunk and a VGG-style CNN trunk of about 36M parameters each 
 about 0.1M), K linear regression heads. Each step is the forward, the backward and ``.grad``
 written (no optimizer), with MGDA: ``plain`` (one backward of Σ_k L_k, the reference), ``rows``
 (morl's ``[K, D]`` path), ``features`` (MGDA-UB representation gradients), ``gramian``
-(``gramian=GramianTape``), and TorchJD's ``autojac`` (``mtl_backward`` + ``jac_to_grad``) and
+(``gramian=GramianTape``), ``gramian:c`` (``GramianTape(trunk, rows=c)``: c objectives per
+batched backward), and TorchJD's ``autojac`` (``mtl_backward`` + ``jac_to_grad``) and
 ``autogram`` (``Engine.compute_gramian``) if installed. Heads get the gradient of Σ_k L_k in
 morl's paths.
 
@@ -14,19 +15,22 @@ high-water mark (``VmHWM``, reset through ``/proc/self/clear_refs``) during the 
 resident set before it, i.e. what the step adds to a model and batch already in memory; the
 time is the median step. Cells whose ``[K, D]`` matrix alone would pass ``--max-gb`` are skipped.
 ``--quick`` runs every cell in this process (a smoke run: its memory figures are rough).
-``--growth`` measures :mod:`morl.runners.bench.growth` instead.
+``--ks 10,40`` and ``--methods plain,gramian:2`` choose the cells; ``--growth`` measures
+:mod:`morl.runners.bench.growth` instead.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import time
 
-METHODS = ("plain", "rows", "features", "gramian", "autojac", "autogram")
+ROWS = 2  # the chunked tape's objectives per batched backward (docs/benchmarks.md, "Scale")
+METHODS = ("plain", "rows", "features", "gramian", f"gramian:{ROWS}", "autojac", "autogram")
 FULL = {"ks": (2, 10, 40), "models": ("mlp", "cnn"), "repeats": 1}
 QUICK = {"ks": (3,), "models": ("mlp", "cnn"), "repeats": 1}
 
@@ -87,8 +91,8 @@ def _step_fn(method: str, trunk, heads, x, y):
             morl.backward(losses, shared, agg, features=feats, task_params=own)
 
         return step
-    if method == "gramian":
-        tape = GramianTape(trunk)
+    if method.split(":")[0] == "gramian":
+        tape = GramianTape(trunk, rows=int(method.split(":")[1]) if ":" in method else None)
 
         def step():
             with tape:
@@ -239,13 +243,33 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _cells(args) -> dict:
+    """``--ks 10,40`` and ``--methods plain,gramian:2`` as ``measure`` arguments, checked."""
+    from morl.runners.errors import UserError
+
+    cells = {}
+    if getattr(args, "ks", None) is not None:
+        try:
+            cells["ks"] = tuple(int(k) for k in args.ks.split(","))
+        except ValueError:
+            cells["ks"] = ()
+        if not cells["ks"] or min(cells["ks"]) < 2:
+            raise UserError(f"--ks must be comma-separated integers >= 2, got {args.ks!r}")
+    if getattr(args, "methods", None) is not None:
+        cells["methods"] = tuple(m.strip() for m in args.methods.split(","))
+        if not all(m in METHODS or re.fullmatch(r"gramian:[1-9][0-9]*", m) for m in cells["methods"]):
+            raise UserError(f"--methods {args.methods!r}: allowed {', '.join(METHODS)} (gramian:c for any c >= 1)")
+    return cells
+
+
 def run(args) -> int:
     measure_rows, table = measure, format_table
     if getattr(args, "growth", False):
         from morl.runners.bench import growth
 
         measure_rows, table = growth.measure, growth.format_table
-    rows = measure_rows(args.quick, report=lambda row: print(json.dumps(row), flush=True))
+    cells = {} if getattr(args, "growth", False) else _cells(args)
+    rows = measure_rows(args.quick, report=lambda row: print(json.dumps(row), flush=True), **cells)
     print(table(rows))
     if args.out:
         with open(args.out, "w") as f:

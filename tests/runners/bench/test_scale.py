@@ -4,10 +4,12 @@ target is registered."""
 
 import argparse
 import itertools
+import json
 
 import pytest
 
 from morl.runners.bench import command, growth, scale
+from morl.runners.cli import main
 from morl.runners.errors import UserError
 
 
@@ -35,6 +37,22 @@ def test_quick_cells_report_time_and_memory_relative_to_plain():
     _check_cells(rows[3:], methods)
     table = scale.format_table(rows)
     assert "| mlp |" in table and "| cnn |" in table and "gramian" in table and "× plain" in table
+
+
+def test_ks_and_methods_choose_the_cells_and_bad_values_get_one_line(tmp_path, capsys):
+    """``--ks 3 --methods plain,gramian:2``: those cells only, the chunked tape among them."""
+    out = tmp_path / "scale.json"
+    assert main(["bench", "scale", "--quick", "--ks", "3", "--methods", "plain,gramian:2", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert [(r["model"], r["k"], r["method"]) for r in rows] == [
+        (m, 3, method) for m in ("mlp", "cnn") for method in ("plain", "gramian:2")
+    ]
+    assert all("error" not in r for r in rows)
+    capsys.readouterr()
+    for option, bad in (("--ks", "1"), ("--ks", "x"), ("--methods", "gramian:0"), ("--methods", "nope")):
+        assert main(["bench", "scale", "--quick", option, bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and option in err and repr(bad) in err, err
 
 
 def test_a_cell_in_a_fresh_process_reports_its_peak():

@@ -68,7 +68,7 @@ def test_bench_against_torchjd_method_filter(tmp_path, capsys):
     assert main(["bench", "aggregators", "--against", "torchjd", "--quick", "--methods", "nope"]) == 2
     assert "--methods: nope not valid" in capsys.readouterr().err
     assert main(["bench", "aggregators", "--methods", "mgda"]) == 2
-    assert "--methods applies with --against only" in capsys.readouterr().err
+    assert "--methods applies with --against or to `morl bench scale` (not --growth) only" in capsys.readouterr().err
 
 
 def test_floor_is_the_two_passes_over_the_peers_call_and_the_summary_counts_cells_over_the_guard():
