@@ -245,16 +245,14 @@ def format_table(rows: list[dict]) -> str:
 
 def _cells(args) -> dict:
     """``--ks 10,40`` and ``--methods plain,gramian:2`` as ``measure`` arguments, checked."""
+    from morl.runners.bench.torchjd import parse_sizes
     from morl.runners.errors import UserError
 
     cells = {}
     if getattr(args, "ks", None) is not None:
-        try:
-            cells["ks"] = tuple(int(k) for k in args.ks.split(","))
-        except ValueError:
-            cells["ks"] = ()
-        if not cells["ks"] or min(cells["ks"]) < 2:
-            raise UserError(f"--ks must be comma-separated integers >= 2, got {args.ks!r}")
+        cells["ks"] = parse_sizes(args, "ks", ())
+        if min(cells["ks"]) < 2:
+            raise UserError(f"--ks values must be >= 2 (objectives per step), got {args.ks!r}")
     if getattr(args, "methods", None) is not None:
         cells["methods"] = tuple(m.strip() for m in args.methods.split(","))
         if not all(m in METHODS or re.fullmatch(r"gramian:[1-9][0-9]*", m) for m in cells["methods"]):

@@ -255,12 +255,12 @@ def _selection(args, quick: bool) -> tuple[list[str] | None, tuple[int, ...], tu
         unknown = [m for m in methods if m not in paired]
         if unknown or not methods:
             raise UserError(f"--methods: {', '.join(unknown) or 'empty'} not valid; allowed: {', '.join(paired)}")
-    ks = _sizes(args, "ks", QUICK_K if quick else FULL_K)
-    ds = _sizes(args, "ds", QUICK_D if quick else FULL_D)
+    ks = parse_sizes(args, "ks", QUICK_K if quick else FULL_K)
+    ds = parse_sizes(args, "ds", QUICK_D if quick else FULL_D)
     return methods, ks, ds
 
 
-def _sizes(args, option: str, default: tuple[int, ...]) -> tuple[int, ...]:
+def parse_sizes(args, option: str, default: tuple[int, ...]) -> tuple[int, ...]:
     """``--ks`` / ``--ds``: comma-separated positive integers (``1e6`` allowed), else ``default``."""
     from morl.runners.errors import UserError
 
