@@ -271,9 +271,8 @@ class MTSAC:
         alpha, eps_next = self._alpha(), self._noise(obs)
         critic_loss, ok = self._critic_step(*transitions, eps_next, alpha)
         if self.critic_aggregator is not None and self.critic_aggregator.needs_losses_after_step:
-            with (
-                torch.no_grad()
-            ):  # FAMO (Alg. 1): the losses after the step on the SAME batch, as its authors' MT10 agent
+            # FAMO (Alg. 1): the losses after the step on the SAME batch, as its authors' MT10 agent
+            with torch.no_grad():
                 self.critic_aggregator.update(self.kernels.critic_losses(*transitions, eps_next, alpha))
         metrics = {"critic_loss": critic_loss.detach()}
         if step % self.cfg.actor_update_freq == 0:
