@@ -119,7 +119,11 @@ def _loop(
             bar.show(**exp.progress_fields(record))
             bar.heartbeat(p, estimate=exp.eta_reliable)
         if p % sched.eval_every == 0 or last:
-            result = write(logger, p, "eval", exp.evaluate())
+            start = time.perf_counter()
+            result = exp.evaluate()
+            # what training alone took is the run's wall time minus these (and the checkpoints)
+            result["perf/eval_seconds"] = time.perf_counter() - start
+            result = write(logger, p, "eval", result)
             logger.flush()
             if isinstance(result.get("headline"), float) and not math.isfinite(result["headline"]):
                 raise diverged(

@@ -218,24 +218,6 @@ def test_raise_mode_names_a_non_finite_loss(name):
         build(name)(FINITE, losses)
 
 
-def test_a_skipped_first_call_leaves_the_uniform_warm_start():
-    """WarmStartSolver: the state a skipped first call puts back is λ = 1/K (not zeros)."""
-    bad = torch.ones(4, 5, dtype=torch.float64)
-    bad[2, 1] = float("nan")
-    agg = build("mgda", warm_start=True, check_finite="skip")
-    agg(bad)
-    assert torch.equal(agg.w_prev, torch.full((4,), 0.25, dtype=torch.float64))
-
-
-def test_a_warm_start_is_dropped_when_k_changes():
-    """MGDA warm-started at K = 8, then called with 7 rows: a cold solve, the same as a new MGDA's."""
-    gen = torch.Generator().manual_seed(1)
-    j8 = torch.randn(8, 20, generator=gen, dtype=torch.float64)
-    agg = build("mgda", warm_start=True)
-    agg(j8)
-    torch.testing.assert_close(agg(j8[:7]), build("mgda")(j8[:7]), rtol=0, atol=1e-12)
-
-
 def test_raise_mode_refuses_an_overflowing_direction():
     rows = torch.tensor([[3e38, 1.0], [3e38, 1.0]], dtype=torch.float32)
     with pytest.raises(ValueError, match="non-finite direction"):

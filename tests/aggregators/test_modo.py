@@ -1,7 +1,8 @@
 """MoDo (Chen, Fernando, Ying, Chen, NeurIPS 2023, arXiv 2305.20057): λ ← Π_Δ(λ − γ(J₁J₂ᵀλ + ρλ))
 against the authors' LibMTL ``backward`` (transcribed with its loop projection) and TorchJD
 0.18's ``MoDoWeighting`` (fed A), a hand value, its fixed point (the ρ-regularised min-norm
-weights, solved independently by morl.solvers.min_norm), and the double-sampling contract.
+weights, solved independently by morl.solvers.min_norm); the double-sampling contract is in
+test_double_sampling.py.
 """
 
 from __future__ import annotations
@@ -102,40 +103,6 @@ def test_modo_fixed_point_is_the_regularised_min_norm():
         assert (agg.lam - min_norm(g, rho=0.1)).abs().max() <= 1e-8, seed
 
 
-def test_double_sampling_shapes_and_state_are_checked():
-    name = "modo"
-    with pytest.raises(ValueError, match="double_sampling"):
-        build(name, double_sampling=True)(torch.ones(5, 3))
-    agg = build(name)
-    agg(torch.eye(3, dtype=torch.float64))
-    with pytest.raises(ValueError, match="reset"):
-        agg(torch.eye(4, dtype=torch.float64))
-    agg.reset()
-    assert agg(torch.eye(4, dtype=torch.float64)).shape == (4,)
+def test_a_zero_step_size_is_refused():
     with pytest.raises(ValueError, match="gamma"):
-        build(name, gamma=0.0)
-
-
-def test_double_sampling_is_refused_as_a_weighting_base():
-    """CR-MOGM averages ``weights`` and applies them to grads: with two stacked samples the
-    direction is not weights @ grads ([K] weights, [2K, D] rows), so the base is refused."""
-    name = "modo"
-    with pytest.raises(ValueError, match="weights @ grads"):
-        build("cr_mogm", base=name, base_options={"double_sampling": True})
-    build("cr_mogm", base=name)  # one sample: d = weights @ grads
-
-
-def test_a_skipped_first_call_leaves_the_starting_weights():
-    """Under ``check_finite="skip"`` a non-finite FIRST call is zeroed and puts the state back
-    to where a fresh aggregator starts: the uniform 1/K (each method's initial λ, Alg. 1 of
-    either paper), not zeros, so the next finite calls equal a fresh aggregator's."""
-    name, state = "modo", "lam"
-    gen = torch.Generator().manual_seed(5)
-    js = [torch.randn(4, 9, generator=gen, dtype=torch.float64) for _ in range(3)]
-    bad = js[0].clone()
-    bad[2, 3] = float("nan")
-    skipping, fresh = build(name, check_finite="skip"), build(name)
-    assert torch.equal(skipping(bad), torch.zeros(9, dtype=torch.float64))
-    torch.testing.assert_close(getattr(skipping, state), torch.full((4,), 0.25, dtype=torch.float64), rtol=0, atol=0)
-    for j in js:
-        torch.testing.assert_close(skipping(j), fresh(j), rtol=0, atol=0)
+        build("modo", gamma=0.0)

@@ -1,7 +1,7 @@
 """SDMGrad (Xiao, Ban, Ji, NeurIPS 2023, arXiv 2305.18409, Algorithm 1): against a numpy
 transcription of the authors' ``sdmgrad`` (torch SGD's momentum rule, their numpy simplex
 projection) and TorchJD 0.18's ``SDMGradWeighting`` (fed the K×K matrix A; it returns the
-weights, ours d with ``agg.weights``), a hand value, and the double-sampling contract.
+weights, ours d with ``agg.weights``), a hand value (the double-sampling contract: test_double_sampling.py).
 """
 
 from __future__ import annotations
@@ -130,40 +130,6 @@ def test_sdmgrad_permutation_invariance_in_float64():
         assert (d - dp).norm() <= 1e-10 * d.norm()
 
 
-def test_double_sampling_shapes_and_state_are_checked():
-    name = "sdmgrad"
-    with pytest.raises(ValueError, match="double_sampling"):
-        build(name, double_sampling=True)(torch.ones(5, 3))
-    agg = build(name)
-    agg(torch.eye(3, dtype=torch.float64))
-    with pytest.raises(ValueError, match="reset"):
-        agg(torch.eye(4, dtype=torch.float64))
-    agg.reset()
-    assert agg(torch.eye(4, dtype=torch.float64)).shape == (4,)
+def test_a_zero_step_size_is_refused():
     with pytest.raises(ValueError, match="lr"):
-        build(name, lr=0.0)
-
-
-def test_double_sampling_is_refused_as_a_weighting_base():
-    """CR-MOGM averages ``weights`` and applies them to grads: with two stacked samples the
-    direction is not weights @ grads ([K] weights, [2K, D] rows), so the base is refused."""
-    name = "sdmgrad"
-    with pytest.raises(ValueError, match="weights @ grads"):
-        build("cr_mogm", base=name, base_options={"double_sampling": True})
-    build("cr_mogm", base=name)  # one sample: d = weights @ grads
-
-
-def test_a_skipped_first_call_leaves_the_starting_weights():
-    """Under ``check_finite="skip"`` a non-finite FIRST call is zeroed and puts the state back
-    to where a fresh aggregator starts: the uniform 1/K (each method's initial λ, Alg. 1 of
-    either paper), not zeros, so the next finite calls equal a fresh aggregator's."""
-    name, state = "sdmgrad", "w"
-    gen = torch.Generator().manual_seed(5)
-    js = [torch.randn(4, 9, generator=gen, dtype=torch.float64) for _ in range(3)]
-    bad = js[0].clone()
-    bad[2, 3] = float("nan")
-    skipping, fresh = build(name, check_finite="skip"), build(name)
-    assert torch.equal(skipping(bad), torch.zeros(9, dtype=torch.float64))
-    torch.testing.assert_close(getattr(skipping, state), torch.full((4,), 0.25, dtype=torch.float64), rtol=0, atol=0)
-    for j in js:
-        torch.testing.assert_close(skipping(j), fresh(j), rtol=0, atol=0)
+        build("sdmgrad", lr=0.0)

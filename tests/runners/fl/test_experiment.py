@@ -42,7 +42,8 @@ TINY = [
 ARGS = [*TINY, "train.rounds=9", "train.eval_every=2", "train.checkpoint_every=3"]
 
 
-TIMING = ("time", "perf/client_seconds", "perf/server_seconds")  # wall-clock: differ between any two runs
+# wall-clock: differ between any two runs
+TIMING = ("time", "perf/client_seconds", "perf/server_seconds", "perf/eval_seconds")
 
 
 def _state(run_dir: Path, skip_rngs: tuple[str, ...] = ()) -> dict:

@@ -39,7 +39,7 @@ def _state(run_dir: Path) -> dict:
 
 def _records(run_dir: Path) -> list[dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if k != "time"} for line in lines]
+    return [{k: v for k, v in json.loads(line).items() if k != "time" and not k.startswith("perf/")} for line in lines]
 
 
 def _final(run_dir: Path) -> dict:

@@ -35,7 +35,7 @@ def quadratic(monkeypatch):
 
 def _records(run_dir: Path) -> list[dict]:
     return [
-        {k: v for k, v in json.loads(line).items() if k != "time"}
+        {k: v for k, v in json.loads(line).items() if k != "time" and not k.startswith("perf/")}
         for line in (run_dir / "metrics.jsonl").read_text().splitlines()
     ]
 
