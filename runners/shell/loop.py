@@ -122,8 +122,7 @@ def _loop(
             start = time.perf_counter()
             result = exp.evaluate()
             # what training alone took is the run's wall time minus these (and the checkpoints)
-            result["perf/eval_seconds"] = time.perf_counter() - start
-            result = write(logger, p, "eval", result)
+            result = write(logger, p, "eval", {**result, "perf/eval_seconds": time.perf_counter() - start})
             logger.flush()
             if isinstance(result.get("headline"), float) and not math.isfinite(result["headline"]):
                 raise diverged(

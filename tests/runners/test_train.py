@@ -101,6 +101,7 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
     train_lines = [x for x in lines if x["kind"] == "train"]
     eval_lines = [x for x in lines if x["kind"] == "eval"]
     assert [x["step"] for x in train_lines] == [20, 40, 60] and [x["step"] for x in eval_lines] == [30, 60]
+    assert all(x["perf/eval_seconds"] > 0 for x in eval_lines)
     last = train_lines[-1]
     assert set(last["loss/actor"]) == {"goal-0", "goal-1", "goal-2", "goal-3", "mean"}
     assert last["perf/transitions_per_s"] > 0 and 0 <= last["perf/aggregation_fraction"] <= 1
@@ -142,6 +143,7 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
         "perf/env_fraction",
         "perf/update_fraction",
         "perf/aggregation_fraction",
+        "perf/eval_seconds",
         "aggregator/nonfinite_steps",
         "config/text_summary",
     ]
