@@ -4,6 +4,10 @@ observation, action, objectives; MO-HalfCheetah's are 17 6 2):
 
     OMP_NUM_THREADS=1 .venv/bin/python tools/mosac_speed.py [--population 6] [--batch 128 256]
         [--aggregators linear epo_al mgda upgrad pcd] [--dims 11 3 3] [--updates 20] [--warmup 5] [--profile]
+        [--conditioned [--groups 4]]
+
+``--conditioned`` times the preference-conditioned agent (one policy; ``--population`` is then
+only its front's size) instead of the population.
 
 Times are the process's CPU time (``time.process_time``), which a machine shared with other jobs
 inflates less than wall-clock time; with one thread the two agree on an idle machine.
@@ -20,6 +24,7 @@ import time
 
 import torch
 
+from morl.agents.rl.conditioned_mosac import ConditionedMOSAC
 from morl.agents.rl.mosac import MOSAC, MOSACConfig
 
 
@@ -36,8 +41,14 @@ def batch(b: int, dims: list[int], gen: torch.Generator) -> dict[str, torch.Tens
 
 def time_updates(name: str, args: argparse.Namespace, b: int) -> tuple[float, float, float]:
     """Median and spread (min, max) of ``args.updates`` timed updates, in CPU ms."""
-    cfg = MOSACConfig(population=args.population, hidden_sizes=args.hidden, batch_size=b)
-    agent = MOSAC(*args.dims, cfg, name, {}, "cpu", seed=0)
+    cfg = MOSACConfig(
+        population=args.population,
+        hidden_sizes=args.hidden,
+        batch_size=b,
+        conditioned=args.conditioned,
+        groups=args.groups,
+    )
+    agent = (ConditionedMOSAC if args.conditioned else MOSAC)(*args.dims, cfg, name, {}, "cpu", seed=0)
     gen = torch.Generator().manual_seed(0)
     batches = [batch(b, args.dims, gen) for _ in range(4)]
     for i in range(args.warmup):
@@ -64,11 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--conditioned", action="store_true", help="one preference-conditioned policy")
+    parser.add_argument("--groups", type=int, default=4, help="--conditioned: preferences per update")
     args = parser.parse_args(argv)
     obs, act, m = args.dims
-    print(
-        f"threads {torch.get_num_threads()}, P = {args.population}, O = {obs}, A = {act}, M = {m}, hidden {args.hidden}"
-    )
+    agent = f"conditioned, G = {args.groups}" if args.conditioned else f"P = {args.population}"
+    print(f"threads {torch.get_num_threads()}, {agent}, O = {obs}, A = {act}, M = {m}, hidden {args.hidden}")
     print("| aggregator | " + " | ".join(f"batch {b} (ms)" for b in args.batch) + " |")
     print("|---|" + "---|" * len(args.batch))
     for name in args.aggregators:

@@ -55,6 +55,7 @@ LINEAR = "linear"  # linear scalarisation Σ_m ω_m L_m: not an aggregator of th
 EPO_FLOOR = 1e-3  # EPO-AL needs every preference entry > 0: zeros of ω are raised to this
 PRIMARY_FIRST = ("pcd",)  # aggregators whose row 0 is the primary objective: argmax_m ω_{p,m} goes first
 ASSIGNMENTS = ("fixed", "transport")
+SAMPLINGS = ("cone", "simplex")  # how a conditioned agent draws its training preferences
 # IPOT's defaults (step 0.01, 200 steps) stop short of the optimum on these small standardised costs
 # (99 of 400 random M x P draws up to 0.15 above POT's emd); with these 1 of 400, by 1.2e-5
 IPOT_OPTIONS = {"step": 0.05, "max_iter": 1000}
@@ -92,6 +93,11 @@ class MOSACConfig:
     assign_every: int = 1000  # updates between two transport assignments (the first update assigns)
     transport_tau: float = 0.0  # MosT's τ, weight of the diversity regulariser R(Γ)
     transport_method: str = "ipot"  # ipot (exact OT) | sinkhorn (entropic)
+    conditioned: bool = False  # one preference-conditioned actor and critic (agents/rl/conditioned_mosac.py)
+    groups: int = 4  # conditioned: preferences per update, the batch split evenly among them
+    preference_sampling: str = "cone"  # conditioned: cone (CAPQL's) | simplex (Dirichlet(1))
+    cone_degrees: float = 22.5  # conditioned: the cone's half-angle around the uniform preference (CAPQL's)
+    collect_envs: int = 1  # conditioned: training sub-envs, each acting at a freshly drawn preference
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field and what is allowed."""
@@ -118,6 +124,14 @@ class MOSACConfig:
         if self.init not in INIT_CHOICES:
             raise ValueError(f"agent.init={self.init!r} is not valid; allowed: {', '.join(INIT_CHOICES)}")
         self._validate_assignment()
+        if self.groups < 1 or self.collect_envs < 1:
+            raise ValueError(
+                f"agent.groups and agent.collect_envs must be >= 1, got {self.groups} and {self.collect_envs}"
+            )
+        if self.preference_sampling not in SAMPLINGS:
+            raise ValueError(
+                f"agent.preference_sampling={self.preference_sampling!r} is not valid; allowed: {', '.join(SAMPLINGS)}"
+            )
 
     def _validate_assignment(self) -> None:
         if self.assignment not in ASSIGNMENTS:
@@ -240,6 +254,8 @@ class MOSAC:
     replaces the preferences by :func:`transport_preferences` of its actor step's Q-values before
     they weigh that step (:meth:`set_preferences`).
     """
+
+    conditioned = False
 
     def __init__(
         self,

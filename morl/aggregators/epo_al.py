@@ -5,6 +5,8 @@ arXiv 2504.02833, Algorithm 1), one iteration per call:
     p ← p + μ c                                                                    (19b)
 
 so SGD with lr = μ on d is Algorithm 1 exactly. p starts at 1/K (p itself is not clipped).
+The weights depend on the losses only: a loss weighting, learners backpropagate ``weighted_loss``
+once instead of building the [K, D] rows.
 """
 
 from collections.abc import Sequence
@@ -14,10 +16,10 @@ import torch
 from morl.aggregators._checks import check_number
 from morl.aggregators._counters import CallCounters
 from morl.aggregators._preference import PreferenceVector
-from morl.aggregators.base import Aggregator
+from morl.aggregators.loss_weighting import LossWeighting
 
 
-class EPOAL(CallCounters, PreferenceVector, Aggregator):
+class EPOAL(CallCounters, PreferenceVector, LossWeighting):
     """EPO-AL: drives r_1 J_1 = ... = r_K J_K on the Pareto front. Losses are required (positive).
 
     Options: ``preference`` r (None: r_k = 1/K; K numbers > 0, used as given), ``eta`` (10,
@@ -28,7 +30,6 @@ class EPOAL(CallCounters, PreferenceVector, Aggregator):
     _COUNTED = {"steps": "steps"}  # extra-state key -> counter (CallCounters)
     _PREF = "preference"
     _STATE = _UNIFORM = ("p",)
-    needs_losses = True
     _REPR = ("preference", "eta", "mu")
 
     def __init__(
@@ -44,15 +45,13 @@ class EPOAL(CallCounters, PreferenceVector, Aggregator):
         self.mu = check_number("EPOAL", "mu", mu, strict=True)
         self.steps = 0
 
-    def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        r = self._preference(grads.shape[0], grads)
+    def loss_weights(self, losses: torch.Tensor) -> torch.Tensor:
+        r = self._preference(losses.shape[0], losses)
         p = self._get("p", r)
         c = fairness_residual(losses, r)
-        weights = p.clamp(min=0) + self.eta * c
         self.p = p + self.mu * c
         self.steps += 1
-        self.weights = weights.detach()
-        return weights @ grads
+        return p.clamp(min=0) + self.eta * c
 
 
 def fairness_residual(losses: torch.Tensor, preference: torch.Tensor) -> torch.Tensor:

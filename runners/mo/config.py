@@ -106,11 +106,14 @@ def _validate_env(env: MOEnvConfig) -> int:
 
 def _validate_agent(cfg: MOConfig, reward_dim: int) -> None:
     """The agent's fields, the preferences for this env and the aggregator against its M objectives."""
+    from morl.agents.rl.conditioned_mosac import check_conditioned
     from morl.agents.rl.mosac import build_policy_aggregators, preference_matrix
 
     try:
         cfg.agent.validate()
         preferences = preference_matrix(cfg.agent, reward_dim)
+        if cfg.agent.conditioned:
+            check_conditioned(cfg.agent, reward_dim)
     except ValueError as exc:
         raise UserError(str(exc).splitlines()[0]) from None
     try:

@@ -82,10 +82,13 @@ class MOExperiment(SACExperiment):
         return record
 
     def _shaped(self, tag: str, key: str, values: np.ndarray, names: list[str]) -> dict[str, Any]:
-        """A flat interval mean back in its shape: ``[P, M]`` per objective and policy, ``[P]`` per policy."""
+        """A flat interval mean back in its shape: ``[P, M]`` per objective and policy, ``[P]`` per
+        policy; a conditioned agent's ``[M]`` per objective."""
         p, m = self.s.agent.population, len(names)
-        if key in SCALARS:
+        if key in SCALARS or values.size == 1:
             return {tag: float(values.mean())}
+        if self.s.agent.conditioned:  # one policy: [M] per objective
+            return {f"{tag}/{name}": float(v) for name, v in zip(names, values.reshape(-1))}
         if values.size == p * m:
             return by_objective(tag, values.reshape(p, m), names)
         return {tag: {f"p{i}": float(v) for i, v in enumerate(values.reshape(-1))}}

@@ -20,15 +20,19 @@ from morl.runners.rl.iteration import finite_actions
 
 
 def policy_points(agent, eval_env, device: torch.device, episodes: int, gamma: float) -> dict[str, np.ndarray]:
-    """``{"return": [P, M], "discounted_return": [P, M]}``: policy p's point from sub-env p."""
+    """``{"return": [P, M], "discounted_return": [P, M]}``: policy p's point (a conditioned agent's
+    at preference p)."""
     import morl.envs as envs
 
-    def policy(obs: np.ndarray, _preferences: np.ndarray) -> np.ndarray:
+    def policy(obs: np.ndarray, preferences: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             raw = torch.as_tensor(obs[:, :-1], device=device)  # without the one-hot
-            return finite_actions(agent.act(raw, deterministic=True).cpu().numpy(), NONFINITE_ACTIONS)
+            if agent.conditioned:
+                action = agent.act(raw, torch.as_tensor(preferences), deterministic=True)
+            else:  # sub-env p acts for row p: the preferences only label the rows
+                action = agent.act(raw, deterministic=True)
+            return finite_actions(action.cpu().numpy(), NONFINITE_ACTIONS)
 
-    # sub-env p acts for row p: the preferences only label the rows (the policies are not conditioned)
     out = envs.evaluate_preferences(eval_env, policy, agent.host_preferences.numpy(), episodes, gamma)
     return {"return": out["return"], "discounted_return": out["discounted_return"]}
 

@@ -20,7 +20,7 @@ from morl.runners.mo.config import MOConfig, config_dict
 from morl.runners.rl.iteration import finite_actions
 from morl.runners.rl.metrics import LoopStats, SectionTimer
 from morl.runners.rl.schedule import updates_at
-from morl.runners.rl.session import NO_REPLAY, make_env_pair, restore_session, rng_state, seed_everything
+from morl.runners.rl.session import NO_REPLAY, restore_session, rng_state, seed_everything
 
 CHECKPOINT_FORMAT = 1
 NONFINITE_ACTIONS = "the policies' actions are NaN/inf (a network overflowed)"
@@ -86,27 +86,46 @@ def without_onehot(obs: np.ndarray) -> np.ndarray:
     return obs[..., :-1]
 
 
-def make_envs(cfg: MOConfig, population: int, *, eval_only: bool = False):
-    """The training env and the evaluation env, P sub-envs each (``None`` for training if ``eval_only``)."""
-    kwargs = dict(seed=cfg.run.seed, max_episode_steps=cfg.env.max_episode_steps, envs_per_task=population)
-    return make_env_pair(cfg.env.name, kwargs, eval_only=eval_only)
+EVAL_ENVS = 20  # a conditioned agent's evaluation sub-envs: its front's preferences go through in groups
+
+
+def env_counts(agent_cfg) -> tuple[int, int]:
+    """Training and evaluation sub-envs: a population's P each (sub-env p is policy p), or a
+    conditioned agent's ``collect_envs`` and up to ``EVAL_ENVS``."""
+    if agent_cfg.conditioned:
+        return agent_cfg.collect_envs, min(agent_cfg.population, EVAL_ENVS)
+    return agent_cfg.population, agent_cfg.population
+
+
+def make_envs(cfg: MOConfig, *, eval_only: bool = False):
+    """The training env and the evaluation env (``None`` for training if ``eval_only``)."""
+    import morl.envs as envs
+
+    train_n, eval_n = env_counts(cfg.agent)
+    kwargs = dict(seed=cfg.run.seed, max_episode_steps=cfg.env.max_episode_steps)
+    try:
+        train_env = None if eval_only else envs.make_env(cfg.env.name, envs_per_task=train_n, **kwargs)
+        eval_env = envs.make_env(cfg.env.name, eval=True, envs_per_task=eval_n, **kwargs)
+    except ValueError as exc:
+        raise UserError(f"env: {str(exc).splitlines()[0]}") from None
+    return train_env, eval_env
 
 
 def build_session(cfg: MOConfig, *, for_evaluation: bool = False) -> MOSession:
     """Seed, then build envs, agent and replay (no training env and replay ``for_evaluation``)."""
+    from morl.agents.rl.conditioned_mosac import ConditionedMOSAC
     from morl.agents.rl.mosac import MOSAC
     from morl.agents.rl.replay import MultiTaskReplay
     from morl.runners.device import resolve_device
 
     device = resolve_device(cfg.run.device)
     seed_everything(cfg.run.seed)
-    population = cfg.agent.population
-    env, eval_env = make_envs(cfg, population, eval_only=for_evaluation)
+    env, eval_env = make_envs(cfg, eval_only=for_evaluation)
     obs_dim = eval_env.single_observation_space.shape[0] - 1
     action_dim = eval_env.single_action_space.shape[0]
     reward_dim = eval_env.reward_dim
     try:
-        agent = MOSAC(
+        agent = (ConditionedMOSAC if cfg.agent.conditioned else MOSAC)(
             obs_dim,
             action_dim,
             reward_dim,
@@ -119,7 +138,7 @@ def build_session(cfg: MOConfig, *, for_evaluation: bool = False) -> MOSession:
     except ValueError as exc:
         raise UserError(str(exc).splitlines()[0]) from None
     session = MOSession(
-        cfg, device, env, eval_env, agent, None, None, None, None, MOStats(agent.population, reward_dim)
+        cfg, device, env, eval_env, agent, None, None, None, None, MOStats(env_counts(cfg.agent)[0], reward_dim)
     )
     if not for_evaluation:
         session.replay = MultiTaskReplay(1, cfg.agent.buffer_capacity, obs_dim, action_dim, device, reward_dim)
@@ -130,7 +149,8 @@ def build_session(cfg: MOConfig, *, for_evaluation: bool = False) -> MOSession:
 
 
 def collect_action(s: MOSession) -> np.ndarray:
-    """Uniform random actions during the warm-up, then policy p's sample for sub-env p."""
+    """Uniform random actions during the warm-up, then policy p's sample for sub-env p (a
+    conditioned agent's at a freshly drawn preference per sub-env)."""
     if s.step < s.cfg.run.warmup_steps:
         shape = (s.env.num_envs, s.env.single_action_space.shape[0])
         return s.action_rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)

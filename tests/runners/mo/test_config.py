@@ -15,20 +15,34 @@ CONFIGS = sorted((ROOT / "configs" / "mo").glob("*.yaml"))
 
 
 def test_shipped_configs_load_and_carry_the_literature_budget():
-    assert [p.name for p in CONFIGS] == ["mo_halfcheetah.yaml", "mo_hopper.yaml", "quickstart.yaml"]
+    assert [p.name for p in CONFIGS] == [
+        "mo_halfcheetah.yaml",
+        "mo_halfcheetah_conditioned.yaml",
+        "mo_hopper.yaml",
+        "mo_hopper_conditioned.yaml",
+        "quickstart.yaml",
+    ]
     for path in CONFIGS:
         assert kind_of_config(yaml.safe_load(path.read_text())) == "mo"
         load_mo_config(path, [])
     for name, env in (("mo_hopper", "mo-hopper-v5"), ("mo_halfcheetah", "mo-halfcheetah-v5")):
-        cfg = load_mo_config(ROOT / "configs" / "mo" / f"{name}.yaml", [])
-        agent, run = cfg.agent, cfg.run
-        assert cfg.env.name == env and agent.population == 6
-        # MORL-Baselines' 200k environment steps; CAPQL's 256x256, batch 128, lr 3e-4, gamma 0.99, tau 0.005
-        assert 200_000 <= run.total_steps * agent.population < 200_000 + agent.population
-        assert (agent.hidden_sizes, agent.batch_size, agent.actor_lr, agent.critic_lr, agent.gamma, agent.tau) == (
-            [256, 256], 128, 3e-4, 3e-4, 0.99, 0.005
-        )  # fmt: skip
-        assert cfg.front.gamma == 0.99 and cfg.aggregator.name == "linear"
+        for variant in ("", "_conditioned"):
+            cfg = load_mo_config(ROOT / "configs" / "mo" / f"{name}{variant}.yaml", [])
+            agent, run = cfg.agent, cfg.run
+            # a population: 6 policies, 6 sub-envs; conditioned: one sub-env, a front at 100 preferences
+            envs = agent.collect_envs if agent.conditioned else agent.population
+            assert (
+                cfg.env.name == env
+                and agent.population == (100 if variant else 6)
+                and agent.conditioned == bool(variant)
+            )
+            # MORL-Baselines' 200k environment steps; CAPQL's 256x256, batch 128, lr 3e-4, gamma 0.99, tau 0.005
+            assert 200_000 <= run.total_steps * envs < 200_000 + envs
+            assert (agent.hidden_sizes, agent.batch_size, agent.actor_lr, agent.critic_lr, agent.gamma, agent.tau) == (
+                [256, 256], 128, 3e-4, 3e-4, 0.99, 0.005
+            )  # fmt: skip
+            assert cfg.front.gamma == 0.99 and cfg.aggregator.name == "linear"
+        assert (agent.preference_sampling, agent.cone_degrees) == ("cone", 22.5)  # CAPQL's training preferences
 
 
 def _one_error_line(capsys) -> str:
