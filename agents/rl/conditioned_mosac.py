@@ -45,6 +45,7 @@ from morl.agents.rl.mosac import (
     regrets,
 )
 from morl.agents.rl.networks import TwinCriticEnsemble, squashed_sample
+from morl.agents.rl.sac_state import SACState
 from morl.aggregators._preference import PreferenceVector
 
 
@@ -71,7 +72,7 @@ def sample_preferences(
     return w / w.sum(1, keepdim=True)
 
 
-class ConditionedMOSAC:
+class ConditionedMOSAC(SACState):
     """One preference-conditioned SAC policy; its front is drawn at ``preferences [P, M]``
     (``agent.population`` equally spaced preferences, or ``agent.preferences``).
 
@@ -124,9 +125,7 @@ class ConditionedMOSAC:
         self.aggregator_name = aggregator
         built = build_policy_aggregators(aggregator, options or {}, self.host_preferences[:1])
         self.aggregator = None if built is None else built[0]
-        self.nonfinite_updates = torch.zeros((), dtype=torch.int64, device=self.device)
-        self.nonfinite_streak = torch.zeros((), dtype=torch.int64, device=self.device)
-        self.nonfinite_longest = torch.zeros((), dtype=torch.int64, device=self.device)
+        self._init_counters(self.device)
 
     # -- acting ---------------------------------------------------------------------------
     def _policy(self, obs: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -197,19 +196,7 @@ class ConditionedMOSAC:
                 torch._foreach_lerp_(
                     list(self.critic_target.parameters()), list(self.critic.parameters()), self.cfg.tau
                 )
-        self._count_nonfinite(ok)
-        return {
-            **metrics,
-            "alpha": self._alpha().clone(),
-            "nonfinite_updates": self.nonfinite_updates.clone(),
-            "nonfinite_streak": self.nonfinite_streak.clone(),
-        }
-
-    def _count_nonfinite(self, ok: torch.Tensor) -> None:
-        bad = (~ok).to(torch.int64)
-        self.nonfinite_updates += bad
-        self.nonfinite_streak.add_(bad).mul_(bad)  # +1 on a skipped update, 0 on a taken one
-        torch.maximum(self.nonfinite_longest, self.nonfinite_streak, out=self.nonfinite_longest)
+        return {**metrics, "alpha": self._alpha().clone(), **self._count_nonfinite(ok)}
 
     # -- critic ---------------------------------------------------------------------------
     def critic_losses(self, batch: dict[str, torch.Tensor], rows: torch.Tensor, alpha, eps_next) -> torch.Tensor:
@@ -323,18 +310,9 @@ class ConditionedMOSAC:
         """Networks, target, optimizers, temperature, generators and counters."""
         return {
             "conditioned": True,
-            "actor": self.actor.state_dict(),
-            "critic": self.critic.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "actor_opt": self.actor_opt.state_dict(),
-            "critic_opt": self.critic_opt.state_dict(),
-            "alpha_opt": self.alpha_opt.state_dict(),
             "generator": None if self.generator is None else self.generator.get_state(),
             "host_generator": self.host_generator.get_state(),
-            "nonfinite_updates": self.nonfinite_updates.clone(),
-            "nonfinite_streak": self.nonfinite_streak.clone(),
-            "nonfinite_longest": self.nonfinite_longest.clone(),
+            **self._sac_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -344,17 +322,10 @@ class ConditionedMOSAC:
         own = {k: tuple(v.shape) for k, v in self.critic.state_dict().items()}
         if {k: tuple(v.shape) for k, v in state["critic"].items()} != own:
             raise IncompatibleState("the state's networks have other sizes (agent.hidden_sizes or layer norms)")
-        for name in ("actor", "critic", "critic_target", "actor_opt", "critic_opt", "alpha_opt"):
-            getattr(self, name).load_state_dict(state[name])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        for opt in (self.actor_opt, self.critic_opt, self.alpha_opt):
-            opt.param_bound = None  # new parameters: guarded_step measures max|θ| again
+        self._load_sac_state(state)
         if self.generator is not None and state["generator"] is not None:
             self.generator.set_state(state["generator"].cpu())
         self.host_generator.set_state(state["host_generator"].cpu())
-        for name in ("nonfinite_updates", "nonfinite_streak", "nonfinite_longest"):
-            getattr(self, name).copy_(state[name])
 
 
 def check_conditioned(cfg: MOSACConfig, m: int) -> None:

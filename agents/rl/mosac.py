@@ -48,6 +48,7 @@ from morl.agents.rl.networks import (
     layer_norm,
     squashed_sample,
 )
+from morl.agents.rl.sac_state import SACState
 from morl.aggregators._preference import PreferenceVector
 from morl.aggregators.base import Aggregator
 
@@ -242,7 +243,7 @@ class PopulationActor(nn.Module):
         return mean, log_std
 
 
-class MOSAC:
+class MOSAC(SACState):
     """A population of P SAC policies, policy p for preference ``preferences[p]``, each with a twin
     critic of M outputs (one per objective).
 
@@ -308,9 +309,7 @@ class MOSAC:
         self._order = None
         self._policy_rows = torch.arange(p, device=self.device).unsqueeze(1)
         self._set_order()
-        self.nonfinite_updates = torch.zeros((), dtype=torch.int64, device=self.device)
-        self.nonfinite_streak = torch.zeros((), dtype=torch.int64, device=self.device)
-        self.nonfinite_longest = torch.zeros((), dtype=torch.int64, device=self.device)
+        self._init_counters(self.device)
 
     # -- acting ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -379,20 +378,12 @@ class MOSAC:
                 torch._foreach_lerp_(
                     list(self.critic_target.parameters()), list(self.critic.parameters()), self.cfg.tau
                 )
-        self._count_nonfinite(ok)
         return {
             **metrics,
             "alpha": self._alpha().clone(),
             "preferences": self.preferences.clone(),
-            "nonfinite_updates": self.nonfinite_updates.clone(),
-            "nonfinite_streak": self.nonfinite_streak.clone(),
+            **self._count_nonfinite(ok),
         }
-
-    def _count_nonfinite(self, ok: torch.Tensor) -> None:
-        bad = (~ok).to(torch.int64)
-        self.nonfinite_updates += bad
-        self.nonfinite_streak.add_(bad).mul_(bad)  # +1 on a skipped update, 0 on a taken one
-        torch.maximum(self.nonfinite_longest, self.nonfinite_streak, out=self.nonfinite_longest)
 
     # -- critics --------------------------------------------------------------------------
     def td_target(self, reward, next_obs, terminated, alpha, eps_next) -> torch.Tensor:
@@ -507,18 +498,9 @@ class MOSAC:
         return {
             "preferences": self.config_preferences.clone(),
             "assigned_preferences": self.host_preferences.clone(),
-            "actor": self.actor.state_dict(),
-            "critic": self.critic.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "actor_opt": self.actor_opt.state_dict(),
-            "critic_opt": self.critic_opt.state_dict(),
-            "alpha_opt": self.alpha_opt.state_dict(),
             "aggregators": None if self.aggregators is None else [a.state_dict() for a in self.aggregators],
             "generator": self.generator.get_state(),
-            "nonfinite_updates": self.nonfinite_updates.clone(),
-            "nonfinite_streak": self.nonfinite_streak.clone(),
-            "nonfinite_longest": self.nonfinite_longest.clone(),
+            **self._sac_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -528,18 +510,11 @@ class MOSAC:
                 "the state is of a population with other preferences (agent.preferences / population)"
             )
         self._check_critic_layout(state["critic"])
-        for name in ("actor", "critic", "critic_target", "actor_opt", "critic_opt", "alpha_opt"):
-            getattr(self, name).load_state_dict(state[name])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        for opt in (self.actor_opt, self.critic_opt, self.alpha_opt):
-            opt.param_bound = None  # new parameters: guarded_step measures max|θ| again
+        self._load_sac_state(state)
         for agg, saved in zip(self.aggregators or [], state["aggregators"] or []):
             agg.load_state_dict(saved)
         self.set_preferences(state.get("assigned_preferences", state["preferences"]))
         self.generator.set_state(state["generator"].cpu())
-        for name in ("nonfinite_updates", "nonfinite_streak", "nonfinite_longest"):
-            getattr(self, name).copy_(state[name])
 
     def _check_critic_layout(self, saved: dict[str, torch.Tensor]) -> None:
         """One line naming both layouts when a state's critics are not this population's (an older

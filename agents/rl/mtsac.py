@@ -37,6 +37,7 @@ from torch.func import functional_call
 
 from morl.agents.rl.guarded_adam import guarded_step, make_adam
 from morl.agents.rl.networks import INIT_CHOICES, TaskActor, TwinCriticEnsemble, squashed_sample
+from morl.agents.rl.sac_state import SACState
 from morl.aggregators.base import Aggregator
 from morl.gradients import batched_task_grads
 
@@ -127,7 +128,7 @@ class MTSACConfig:
             raise ValueError(f"agent.log_prob_clamp must be > 0 (mtrl: 1e-6) or null, got {self.log_prob_clamp}")
 
 
-class MTSAC:
+class MTSAC(SACState):
     """Multi-task SAC: shared task-conditioned actor, per-task twin critics and temperatures.
 
     ``aggregator`` combines the per-task actor gradients (``cfg.aggregate`` picks which actor
@@ -171,9 +172,7 @@ class MTSAC:
         self.aggregator = _nonraising(aggregator)
         self.critic_aggregator = _fresh_copy(aggregator) if cfg.aggregate_critic else None
         self.temperature_aggregator = _fresh_copy(aggregator) if cfg.aggregate_temperature else None
-        self.nonfinite_updates = torch.zeros((), dtype=torch.int64, device=self.device)
-        self.nonfinite_streak = torch.zeros((), dtype=torch.int64, device=self.device)
-        self.nonfinite_longest = torch.zeros((), dtype=torch.int64, device=self.device)
+        self._init_counters(self.device)
         self._task_eye = torch.eye(num_tasks, device=self.device)
         self._actor_names = [n for n, _ in self.actor.named_parameters()]
         trunk = set(self.actor.trunk_parameter_names())
@@ -285,20 +284,7 @@ class MTSAC:
                 torch._foreach_lerp_(
                     list(self.critic_target.parameters()), list(self.critic.parameters()), self.cfg.tau
                 )
-        self._count_nonfinite(ok)
-        return {
-            **metrics,
-            "alpha": self._alpha().clone(),
-            "nonfinite_updates": self.nonfinite_updates.clone(),
-            "nonfinite_streak": self.nonfinite_streak.clone(),
-        }
-
-    def _count_nonfinite(self, ok: torch.Tensor) -> None:
-        # Device-side counters: the loop reads them at its log/checkpoint points, not per update.
-        bad = (~ok).to(torch.int64)
-        self.nonfinite_updates += bad
-        self.nonfinite_streak.add_(bad).mul_(bad)  # +1 on a skipped update, 0 on a taken one
-        torch.maximum(self.nonfinite_longest, self.nonfinite_streak, out=self.nonfinite_longest)
+        return {**metrics, "alpha": self._alpha().clone(), **self._count_nonfinite(ok)}
 
     # -- critics --------------------------------------------------------------------------
     def _critic_losses(self, obs, action, reward, next_obs, terminated, eps_next, alpha) -> torch.Tensor:
@@ -480,45 +466,23 @@ class MTSAC:
     def state_dict(self) -> dict[str, Any]:
         """Networks, targets, optimizers, temperatures, aggregator state and the generator state."""
         return {
-            "actor": self.actor.state_dict(),
-            "critic": self.critic.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "actor_opt": self.actor_opt.state_dict(),
-            "critic_opt": self.critic_opt.state_dict(),
-            "alpha_opt": self.alpha_opt.state_dict(),
             "aggregator": self.aggregator.state_dict(),
             "critic_aggregator": None if self.critic_aggregator is None else self.critic_aggregator.state_dict(),
             "temperature_aggregator": (
                 None if self.temperature_aggregator is None else self.temperature_aggregator.state_dict()
             ),
             "generator": self.generator.get_state(),
-            "nonfinite_updates": self.nonfinite_updates.clone(),
-            "nonfinite_streak": self.nonfinite_streak.clone(),
-            "nonfinite_longest": self.nonfinite_longest.clone(),
+            **self._sac_state(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.critic_target.load_state_dict(state["critic_target"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        self.actor_opt.load_state_dict(state["actor_opt"])
-        self.critic_opt.load_state_dict(state["critic_opt"])
-        self.alpha_opt.load_state_dict(state["alpha_opt"])
-        for opt in (self.actor_opt, self.critic_opt, self.alpha_opt):
-            opt.param_bound = None  # new parameters: guarded_step measures max|θ| again
+        self._load_sac_state(state)
         self.aggregator.load_state_dict(state["aggregator"])
         if self.critic_aggregator is not None and state.get("critic_aggregator") is not None:
             self.critic_aggregator.load_state_dict(state["critic_aggregator"])
         if self.temperature_aggregator is not None and state.get("temperature_aggregator") is not None:
             self.temperature_aggregator.load_state_dict(state["temperature_aggregator"])
         self.generator.set_state(state["generator"].cpu() if hasattr(state["generator"], "cpu") else state["generator"])
-        self.nonfinite_updates.copy_(state["nonfinite_updates"])
-        # a checkpoint without the streak counters: no streak known
-        self.nonfinite_streak.copy_(state.get("nonfinite_streak", torch.zeros((), dtype=torch.int64)))
-        self.nonfinite_longest.copy_(state.get("nonfinite_longest", torch.zeros((), dtype=torch.int64)))
 
 
 def _fresh_copy(aggregator: Aggregator) -> Aggregator:

@@ -20,6 +20,7 @@ from torch.distributions import Normal
 import morl
 from morl.agents.rl.conditioned_mosac import ConditionedMOSAC, max_cone_degrees, sample_preferences
 from morl.agents.rl.mosac import IncompatibleState, MOSACConfig, regrets
+from tests.agents.rl.test_mosac import _mlp
 
 O, A, M, B, G = 4, 2, 3, 12, 3
 H = [8, 8]
@@ -52,14 +53,6 @@ def _draws(agent):
     w_gen = torch.Generator().set_state(agent.host_generator.get_state()) if host else g
     w = sample_preferences(G, M, "cone", 22.5, w_gen, torch.device("cpu"))
     return w.double(), torch.randn(B, A, generator=g).double(), torch.randn(B, A, generator=g).double()
-
-
-def _mlp(weights, biases, x):
-    for i, (w, b) in enumerate(zip(weights, biases)):
-        x = x @ w.double() + b.double().reshape(-1)
-        if i < len(weights) - 1:
-            x = torch.relu(x)
-    return x
 
 
 def _policy(agent, actor, obs, w, eps):
