@@ -20,6 +20,7 @@ from torch.distributions import Normal
 import morl
 from morl.agents.rl.conditioned_mosac import ConditionedMOSAC, max_cone_degrees, sample_preferences
 from morl.agents.rl.mosac import IncompatibleState, MOSACConfig, regrets
+from tests.agents.rl.test_mosac import _batch as mosac_batch
 from tests.agents.rl.test_mosac import _mlp
 
 O, A, M, B, G = 4, 2, 3, 12, 3
@@ -34,16 +35,7 @@ def _agent(aggregator="linear", options=None, seed=0, **kw):
 
 
 def _batch(seed=0):
-    g = torch.Generator().manual_seed(seed)
-    terminated = torch.zeros(B)
-    terminated[::4] = 1.0
-    return {
-        "obs": torch.randn(B, O, generator=g),
-        "action": torch.rand(B, A, generator=g) * 2 - 1,
-        "reward": torch.randn(B, M, generator=g),
-        "next_obs": torch.randn(B, O, generator=g),
-        "terminated": terminated,
-    }
+    return mosac_batch(seed, B, M)
 
 
 def _draws(agent):

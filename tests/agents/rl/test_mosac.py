@@ -43,15 +43,15 @@ def _agent(aggregator="linear", options=None, seed=0, **kw):
     return MOSAC(O, A, M, cfg, aggregator, options or {}, "cpu", seed)
 
 
-def _batch(seed=0):
+def _batch(seed=0, b=B, m=M):
     g = torch.Generator().manual_seed(seed)
-    terminated = torch.zeros(B)
+    terminated = torch.zeros(b)
     terminated[::3] = 1.0
     return {
-        "obs": torch.randn(B, O, generator=g),
-        "action": torch.rand(B, A, generator=g) * 2 - 1,
-        "reward": torch.randn(B, M, generator=g),
-        "next_obs": torch.randn(B, O, generator=g),
+        "obs": torch.randn(b, O, generator=g),
+        "action": torch.rand(b, A, generator=g) * 2 - 1,
+        "reward": torch.randn(b, m, generator=g),
+        "next_obs": torch.randn(b, O, generator=g),
         "terminated": terminated,
     }
 
