@@ -99,7 +99,9 @@ def test_a_crashed_run_resumed_equals_the_uninterrupted_one(assignment, tmp_path
     assert sorted(_images(crashed)["eval/front"]) == [10, 20, 24]  # the resumed run draws 20 and 24, none twice
 
 
-def test_a_conditioned_run_draws_its_front_at_the_population_preferences_and_resumes_bitwise(tmp_path, monkeypatch):
+def test_a_conditioned_run_draws_its_front_at_the_population_preferences_and_resumes_bitwise(
+    tmp_path, monkeypatch, capsys
+):
     """``agent.conditioned``: 2 collecting sub-envs, a front of 10 preferences (evaluated by 10 sub-envs
     in one group), per-objective update metrics; a run crashed and resumed equals the uninterrupted one."""
     overrides = [*TINY, "run.total_steps=24", "agent.conditioned=true", "agent.population=10"]
@@ -111,6 +113,8 @@ def test_a_conditioned_run_draws_its_front_at_the_population_preferences_and_res
     train = [r for r in records if r["kind"] == "train"][-1]
     assert isinstance(train["alpha"], float) and isinstance(train["loss/critic/forward_velocity"], float)
     assert set(train["train/episode_return/control_cost"]) == {"p0", "p1"}  # the collecting sub-envs
+    assert morl(["eval", str(full), "--episodes", "1"]) == 0
+    assert "eval/return/control_cost" in capsys.readouterr().out
 
 
 def test_a_checkpoint_of_the_older_critic_layout_is_one_line(tmp_path, capsys):
