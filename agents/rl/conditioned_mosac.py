@@ -46,7 +46,6 @@ from morl.agents.rl.mosac import (
 )
 from morl.agents.rl.networks import TwinCriticEnsemble, squashed_sample
 from morl.agents.rl.sac_state import SACState
-from morl.aggregators._preference import PreferenceVector
 
 
 def max_cone_degrees(m: int) -> float:
@@ -265,7 +264,7 @@ class ConditionedMOSAC(SACState):
     def _call(self, i: int, w_host: torch.Tensor, method, *args) -> torch.Tensor:
         """``method(*args)`` of the aggregator from its initial state, at group i's preference."""
         self.aggregator.reset()  # a conditioned policy has no per-preference state to carry
-        if isinstance(self.aggregator, PreferenceVector):
+        if hasattr(self.aggregator, "set_preference"):
             self.aggregator.set_preference(aggregator_preference(self.aggregator_name, w_host[i].double()))
         return method(*args)
 

@@ -49,7 +49,6 @@ from morl.agents.rl.networks import (
     squashed_sample,
 )
 from morl.agents.rl.sac_state import SACState
-from morl.aggregators._preference import PreferenceVector
 from morl.aggregators.base import Aggregator
 
 LINEAR = "linear"  # linear scalarisation Σ_m ω_m L_m: not an aggregator of the registry, one backward
@@ -335,7 +334,7 @@ class MOSAC(SACState):
         for ``linear`` and every aggregator that takes one (EPO-AL's zeros raised to ``EPO_FLOOR``)."""
         self.host_preferences = preferences.detach().to("cpu", torch.float64).clone()
         self.preferences = self.host_preferences.to(self.device, torch.float32)
-        if self.aggregators is not None and isinstance(self.aggregators[0], PreferenceVector):
+        if self.aggregators is not None and hasattr(self.aggregators[0], "set_preference"):
             for agg, w in zip(self.aggregators, self.host_preferences):
                 agg.set_preference(aggregator_preference(self.aggregator_name, w))
         self._set_order()
