@@ -4,15 +4,16 @@ for every preference ω on the simplex (``agent.conditioned: true``).
 The architecture of CAPQL (Lu, Herman, Yu, ICLR 2023; MORL-Baselines' ``capql.py``): the
 preference is an input of both networks, so one set of parameters serves the whole front and
 every update trains it, where a population of P policies splits the budget P ways. One update, on
-a batch of B transitions split into G groups of B/G, group g at a preference ω_g drawn afresh:
+a batch of B transitions, transition b at a preference ω_b drawn afresh:
 
-1. critic: ``y_m = r_m + γ (1 − terminated) (min_j Q̄_{j,m}(s', a', ω_g) − α log π(a'|s', ω_g))``,
-   a' ~ π(·|s', ω_g), the twin minimum per objective; loss ``Σ_j mean_b Σ_m (Q_{j,m} − y_m)²``.
-2. actor: group g's objective losses ``L_{g,m} = mean_{b∈g}(α log π(ã|s,ω_g) − min_j Q_{j,m}(s,ã,ω_g))``.
-   ``linear`` descends ``mean_g Σ_m ω_{g,m} L_{g,m}`` (CAPQL's actor loss), one backward; an
-   aggregator maps group g's ``[M, D]`` rows (all G from one vmapped ``jacrev``) and its regrets
-   to a direction with preference ω_g, from its initial state (a conditioned policy has no
-   per-preference state to carry); the actor descends the mean of the G directions.
+1. critic: ``y_m = r_m + γ (1 − terminated) (min_j Q̄_{j,m}(s', a', ω_b) − α log π(a'|s', ω_b))``,
+   a' ~ π(·|s', ω_b), the twin minimum per objective; loss ``Σ_j mean_b Σ_m (Q_{j,m} − y_m)²``.
+2. actor: ``linear`` descends ``mean_b(α log π(ã|s,ω_b) − ω_b · min_j Q_j(s,ã,ω_b))`` (CAPQL's actor
+   loss), one backward. An aggregator sees the batch in G groups of B/G at preferences ω_g drawn
+   for them: group g's objective losses ``L_{g,m} = mean_{b∈g}(α log π(ã|s,ω_g) − min_j Q_{j,m}(s,ã,ω_g))``
+   and their ``[M, D]`` rows (all G from one vmapped ``jacrev``) go through it with preference
+   ω_g, from its initial state (a conditioned policy has no per-preference state to carry); the
+   actor descends the mean of the G directions.
 3. temperature: one ``log α`` (SAC's automatic tuning; CAPQL fixes α = 0.2).
 4. targets: Polyak averaging.
 
@@ -171,12 +172,10 @@ class ConditionedMOSAC(SACState):
                 f"batch must hold obs [B, obs_dim] and reward [B, M={self.reward_dim}] with B a multiple of "
                 f"agent.groups={groups}, got {tuple(obs.shape)} and {tuple(reward.shape)}"
             )
-        if self.aggregator is None:
-            w = self._draw(groups, self.generator)
-        else:
+        rows = self._draw(obs.shape[0], self.generator)  # [B, M]: a preference per transition, as CAPQL
+        if self.aggregator is not None:  # the aggregators' group preferences, on the host where they take them
             w_host = self._draw(groups, self.host_generator, torch.device("cpu"))
             w = w_host.to(self.device)
-        rows = w.repeat_interleave(obs.shape[0] // groups, 0)  # [B, M]: row b at its group's ω
         alpha = self._alpha()
         critic_loss, ok = self._critic_step(batch, rows, alpha)
         metrics = {"critic_loss": critic_loss.detach()}

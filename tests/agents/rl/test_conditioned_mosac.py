@@ -39,12 +39,14 @@ def _batch(seed=0):
 
 
 def _draws(agent):
-    """The group preferences ``[G, M]`` and the critic's and actor's noise ``[B, A]`` of the next update."""
+    """The next update's draws: a preference per transition ``[B, M]``, the critic's and actor's noise
+    ``[B, A]`` (the agent's generator) and, for an aggregator, the group preferences ``[G, M]`` (its host
+    generator)."""
     g = torch.Generator().set_state(agent.generator.get_state())
-    host = agent.aggregator is not None
-    w_gen = torch.Generator().set_state(agent.host_generator.get_state()) if host else g
-    w = sample_preferences(G, M, "cone", 22.5, w_gen, torch.device("cpu"))
-    return w.double(), torch.randn(B, A, generator=g).double(), torch.randn(B, A, generator=g).double()
+    rows = sample_preferences(B, M, "cone", 22.5, g, torch.device("cpu")).double()
+    eps_next, eps = torch.randn(B, A, generator=g).double(), torch.randn(B, A, generator=g).double()
+    h = torch.Generator().set_state(agent.host_generator.get_state())
+    return rows, eps_next, eps, sample_preferences(G, M, "cone", 22.5, h, torch.device("cpu")).double()
 
 
 def _policy(agent, actor, obs, w, eps):
@@ -90,8 +92,7 @@ def test_simplex_preferences_have_the_moments_of_dirichlet_one():
 
 def test_critic_losses_match_the_hand_computation():
     agent, batch = _agent(), _batch()
-    w, eps_next, _ = _draws(agent)
-    rows = w.repeat_interleave(B // G, 0)
+    rows, eps_next, _, _ = _draws(agent)
     _, actor = _leaves(agent)
     alpha = float(agent.log_alpha.detach().exp())
     a_next, logp_next = _policy(agent, actor, batch["next_obs"], rows, eps_next)
@@ -109,8 +110,7 @@ def test_critic_losses_match_the_hand_computation():
 
 def test_linear_actor_gradient_is_the_gradient_of_capqls_loss():
     agent, batch = _agent(), _batch()
-    w, _, eps = _draws(agent)
-    rows = w.repeat_interleave(B // G, 0)
+    rows, _, eps, _ = _draws(agent)
     leaves, actor = _leaves(agent)
     alpha = float(agent.log_alpha.detach().exp())
     agent.update(batch, 0)  # the actor's step reads the critic after its own step: the one now held
@@ -126,7 +126,7 @@ def test_linear_actor_gradient_is_the_gradient_of_capqls_loss():
 def test_aggregated_direction_is_the_mean_of_fresh_aggregators_at_each_groups_preference(name, key):
     """Gradient methods (``[M, D]`` rows) and loss weightings (EPO-AL, DWA: one backward) alike."""
     agent, batch = _agent(name), _batch()
-    w, _, eps = _draws(agent)
+    _, _, eps, w = _draws(agent)
     leaves, actor = _leaves(agent)
     alpha = float(agent.log_alpha.detach().exp())
     agent.update(batch, 0)
