@@ -41,7 +41,10 @@ class MOExperiment(SACExperiment):
     resume_keys = RESUMABLE_KEYS
     config_class = MOConfig
     default_name = "mo"
-    building = "the MO-SAC population"
+
+    @property
+    def building(self) -> str:
+        return "the preference-conditioned MO-SAC" if self.cfg.agent.conditioned else "the MO-SAC population"
 
     def build_session(self, cfg: MOConfig, for_evaluation: bool):
         from morl.runners.mo.session import CHECKPOINT_FORMAT, build_session

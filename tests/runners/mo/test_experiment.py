@@ -110,6 +110,7 @@ def test_a_conditioned_run_draws_its_front_at_the_population_preferences_and_res
     records = _records(full)
     evals = [r for r in records if r["kind"] == "eval"]
     assert set(evals[-1]["eval/discounted_return/forward_velocity"]) == {f"p{i}" for i in range(10)}
+    assert "the preference-conditioned MO-SAC" in capsys.readouterr().out
     train = [r for r in records if r["kind"] == "train"][-1]
     assert isinstance(train["alpha"], float) and isinstance(train["loss/critic/forward_velocity"], float)
     assert set(train["train/episode_return/control_cost"]) == {"p0", "p1"}  # the collecting sub-envs
