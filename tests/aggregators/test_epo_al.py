@@ -212,6 +212,20 @@ def test_direction_weights_and_dual_update_by_hand():
     assert torch.allclose(d1, ((0.5 + 0.5 * c) + 2.0 * c) @ g)
 
 
+def test_a_dual_started_at_the_preference_scalarises_by_it_first():
+    """``dual_init="preference"``: p starts at r / Σ r, so the first weights are r / Σ r + η c."""
+    g = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, -1.0]])
+    j = torch.tensor([2.0, 1.0])
+    r = torch.tensor([0.5, 1.5])  # Σ r = 2: p starts at (0.25, 0.75)
+    agg = EPOAL(preference=r, eta=2.0, mu=0.5, dual_init="preference")
+    v = r * j  # (1.0, 1.5), mean 1.25
+    c = r * (v - 1.25)
+    assert torch.allclose(agg(g, j), (torch.tensor([0.25, 0.75]) + 2.0 * c) @ g)
+    assert torch.allclose(agg.p, torch.tensor([0.25, 0.75]) + 0.5 * c)
+    agg.reset()  # back to r / Σ r, not 1/K
+    assert torch.allclose(agg(g, torch.ones(2)), (torch.tensor([0.25, 0.75]) + 2.0 * r * (r - r.mean())) @ g)
+
+
 def test_negative_multiplier_is_clipped_only_in_the_primal():
     agg = EPOAL(preference=[1.0, 1.0], eta=1.0, mu=1.0)
     g = torch.eye(2)
@@ -269,6 +283,7 @@ def test_skip_mode_leaves_direction_and_multipliers_untouched():
         ({"eta": 0.0}, "eta"),
         ({"mu": -1.0}, "mu"),
         ({"mu": math.inf}, "mu"),
+        ({"dual_init": "zero"}, "dual_init='zero' is not valid; allowed: uniform, preference"),
     ],
 )
 def test_bad_options_raise(options, match):
