@@ -74,7 +74,7 @@ class MOSACConfig:
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
     actor_lr: float = 3e-4
     critic_lr: float = 3e-4
-    alpha_lr: float = 3e-4
+    alpha_lr: float = 3e-4  # 0: a fixed temperature (CAPQL's, with init_temperature 0.2)
     gamma: float = 0.99
     tau: float = 0.005
     init_temperature: float = 1.0
@@ -110,9 +110,13 @@ class MOSACConfig:
             )
         if not self.hidden_sizes or any(int(h) < 1 for h in self.hidden_sizes):
             raise ValueError(f"agent.hidden_sizes must be a non-empty list of positive ints, got {self.hidden_sizes}")
-        for name in ("actor_lr", "critic_lr", "alpha_lr", "init_temperature", "batch_size", "buffer_capacity"):
+        for name in ("actor_lr", "critic_lr", "init_temperature", "batch_size", "buffer_capacity"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"agent.{name} must be > 0, got {getattr(self, name)}")
+        if not (self.alpha_lr >= 0 and math.isfinite(self.alpha_lr)):
+            raise ValueError(
+                f"agent.alpha_lr must be >= 0 (0: the temperature stays at init_temperature), got {self.alpha_lr}"
+            )
         if not (0 <= self.gamma <= 1 and 0 < self.tau <= 1):
             raise ValueError(f"agent.gamma must lie in [0, 1] and agent.tau in (0, 1], got {self.gamma} and {self.tau}")
         if self.grad_clip is not None and not self.grad_clip > 0:

@@ -169,6 +169,13 @@ def test_acting_at_given_preferences_is_the_conditioned_mean_and_collection_draw
         agent.act(obs, w[:, :2])
 
 
+def test_a_zero_temperature_rate_keeps_the_temperature_fixed():
+    """``alpha_lr: 0``: α stays at ``init_temperature`` (CAPQL's fixed 0.2)."""
+    agent = _agent(alpha_lr=0.0, init_temperature=0.2)
+    outs = [agent.update(_batch(step), step) for step in range(3)]
+    assert all(float(o["alpha"]) == pytest.approx(0.2) for o in outs) and float(outs[-1]["alpha_loss"]) != 0.0
+
+
 @pytest.mark.parametrize("name", ["linear", "epo_al"])
 def test_state_dict_round_trip_gives_identical_next_update(name):
     agent = _agent(name)

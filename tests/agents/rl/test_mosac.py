@@ -518,6 +518,7 @@ def test_aggregators_that_do_not_fit_fail_with_one_line(name, options, words):
         ({"transport_tau": -0.5}, ["agent.transport_tau", ">= 0", "-0.5"]),
         ({"transport_tau": float("inf")}, ["agent.transport_tau", "finite"]),
         ({"transport_method": "emd"}, ["agent.transport_method='emd'", "allowed: ipot, sinkhorn"]),
+        ({"alpha_lr": -1e-3}, ["agent.alpha_lr must be >= 0", "-0.001"]),
     ],
 )
 def test_a_bad_config_names_the_field(kw, words):
