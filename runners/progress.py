@@ -25,6 +25,10 @@ class WindowRate:
         while len(self.samples) > 2 and now - self.samples[1][0] >= self.window:
             self.samples.popleft()
 
+    def skip(self, seconds: float) -> None:
+        """Leave out a pause (an evaluation, a checkpoint): the samples so far move ``seconds`` later."""
+        self.samples = deque((t + seconds, p) for t, p in self.samples)
+
     def rate(self) -> float:
         if len(self.samples) < 2:
             return float("nan")
@@ -76,6 +80,10 @@ class Progress:
         self.bar.update(n)
         if self.bar.disable and now - self._beat >= HEARTBEAT_SECONDS:
             self.heartbeat(self.position, self.estimate)
+
+    def exclude(self, seconds: float) -> None:
+        """Time spent outside the counted work (an evaluation): the rate and ETA leave it out."""
+        self.window.skip(seconds)
 
     def show(self, **fields: float | str) -> None:
         """Set postfix fields (e.g. ``eval=0.83``, ``tps=540``); they stay until replaced."""

@@ -122,7 +122,9 @@ def _loop(
             start = time.perf_counter()
             result = exp.evaluate()
             # what training alone took is the run's wall time minus these (and the checkpoints)
-            result = write(logger, p, "eval", {**result, "perf/eval_seconds": time.perf_counter() - start})
+            took = time.perf_counter() - start
+            result = write(logger, p, "eval", {**result, "perf/eval_seconds": took})
+            bar.exclude(took)  # the ETA is for the training left, at the training rate
             logger.flush()
             if isinstance(result.get("headline"), float) and not math.isfinite(result["headline"]):
                 raise diverged(

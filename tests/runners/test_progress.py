@@ -32,6 +32,21 @@ def test_the_window_rate_needs_two_samples():
     assert window.rate() == 5.0
 
 
+def test_an_excluded_pause_leaves_the_rate_unchanged():
+    """A 60 s evaluation between two stretches at 10 units/s: the rate stays 10, not (600 + 600) / 180."""
+    window = WindowRate(window=1000.0)
+    for t in range(61):
+        window.add(float(t), 10 * t)
+    window.skip(60.0)
+    for t in range(121, 181):
+        window.add(float(t), 10 * (t - 60))
+    assert window.rate() == pytest.approx(10.0)
+    unskipped = WindowRate(window=1000.0)
+    for t in [*range(61), *range(121, 181)]:
+        unskipped.add(float(t), 10 * (t - 60 if t > 60 else t))
+    assert unskipped.rate() == pytest.approx(1200 / 180)
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"), [(5, "00:05"), (65, "01:05"), (3600 * 2 + 61, "2:01:01"), (float("nan"), "?")]
 )
