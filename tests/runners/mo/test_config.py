@@ -42,7 +42,10 @@ def test_shipped_configs_load_and_carry_the_literature_budget():
                 [256, 256], 128, 3e-4, 3e-4, 0.99, 0.005
             )  # fmt: skip
             assert cfg.front.gamma == 0.99 and cfg.aggregator.name == "linear"
-        assert (agent.preference_sampling, agent.cone_degrees) == ("cone", 22.5)  # CAPQL's training preferences
+        # CAPQL's training preferences and fixed temperature
+        assert (agent.preference_sampling, agent.cone_degrees, agent.alpha_lr, agent.init_temperature) == (
+            "cone", 22.5, 0.0, 0.2
+        )  # fmt: skip
 
 
 def _one_error_line(capsys) -> str:
