@@ -20,7 +20,7 @@ from morl.runners.mo.config import MOConfig, config_dict
 from morl.runners.rl.iteration import finite_actions
 from morl.runners.rl.metrics import LoopStats, SectionTimer
 from morl.runners.rl.schedule import updates_at
-from morl.runners.rl.session import NO_REPLAY, restore_session, rng_state, seed_everything
+from morl.runners.rl.session import NO_REPLAY, make_env_pair, restore_session, rng_state, seed_everything
 
 CHECKPOINT_FORMAT = 1
 NONFINITE_ACTIONS = "the policies' actions are NaN/inf (a network overflowed)"
@@ -99,16 +99,9 @@ def env_counts(agent_cfg) -> tuple[int, int]:
 
 def make_envs(cfg: MOConfig, *, eval_only: bool = False):
     """The training env and the evaluation env (``None`` for training if ``eval_only``)."""
-    import morl.envs as envs
-
     train_n, eval_n = env_counts(cfg.agent)
-    kwargs = dict(seed=cfg.run.seed, max_episode_steps=cfg.env.max_episode_steps)
-    try:
-        train_env = None if eval_only else envs.make_env(cfg.env.name, envs_per_task=train_n, **kwargs)
-        eval_env = envs.make_env(cfg.env.name, eval=True, envs_per_task=eval_n, **kwargs)
-    except ValueError as exc:
-        raise UserError(f"env: {str(exc).splitlines()[0]}") from None
-    return train_env, eval_env
+    kwargs = dict(seed=cfg.run.seed, max_episode_steps=cfg.env.max_episode_steps, envs_per_task=train_n)
+    return make_env_pair(cfg.env.name, kwargs, eval_only=eval_only, eval_kwargs={"envs_per_task": eval_n})
 
 
 def build_session(cfg: MOConfig, *, for_evaluation: bool = False) -> MOSession:

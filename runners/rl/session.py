@@ -61,13 +61,14 @@ def make_envs(cfg: RLConfig, *, eval_only: bool = False):
     return make_env_pair(cfg.env.name, dict(seed=cfg.run.seed, **env_kwargs(cfg.env)), eval_only=eval_only)
 
 
-def make_env_pair(name: str, kwargs: dict[str, Any], *, eval_only: bool = False):
-    """``envs.make_env(name, **kwargs)`` for training and for evaluation (``None`` for training if ``eval_only``)."""
+def make_env_pair(name: str, kwargs: dict[str, Any], *, eval_only: bool = False, eval_kwargs: dict | None = None):
+    """``envs.make_env(name, **kwargs)`` for training and for evaluation, the latter with ``eval_kwargs``
+    on top (``None`` for training if ``eval_only``)."""
     import morl.envs as envs
 
     try:
         train_env = None if eval_only else envs.make_env(name, **kwargs)
-        eval_env = envs.make_env(name, eval=True, **kwargs)
+        eval_env = envs.make_env(name, eval=True, **{**kwargs, **(eval_kwargs or {})})
     except ValueError as exc:
         raise UserError(f"env: {str(exc).splitlines()[0]}") from None
     return train_env, eval_env
