@@ -58,6 +58,8 @@ class Run:
     final: np.ndarray  # [T]
     final_step: int | None
     series: dict[str, Series] = field(default_factory=dict)
+    front: np.ndarray | None = None  # [P, M] multi-objective runs: the final population's discounted returns
+    objectives: list[str] = field(default_factory=list)
 
 
 def find_sources(paths: list[str | Path]) -> tuple[list[Source], Path | None, list[str]]:
@@ -187,6 +189,7 @@ def read_run(source: Source, metric_name: str | None, group_by: list[str] | None
         status=info.get("status"), metric=describe(metric, np.concatenate([curve.ravel(), last])), tasks=tasks,
         steps=np.asarray(steps, dtype=np.int64), curve=curve, final=last,
         final_step=_final_step(final_record, steps, info), series=_series(records),
+        **_front(final_record or {}),
     )  # fmt: skip
 
 
@@ -261,6 +264,20 @@ def _final_step(final_record, steps: list[int], info: dict[str, Any]) -> int | N
     if steps:
         return steps[-1]
     return info.get("position")
+
+
+def _front(final: dict[str, Any]) -> dict[str, Any]:
+    """The final front: morl's ``eval/discounted_return/<objective>`` maps (one entry per
+    preference), or MORL-Baselines' unnamed ``eval/discounted_points`` rows."""
+    prefix = "eval/discounted_return/"
+    named = {k[len(prefix) :]: v for k, v in final.items() if k.startswith(prefix) and isinstance(v, dict)}
+    if named:
+        columns = [list(v.values()) for v in named.values()]
+        return {"front": np.array(columns, dtype=float).T, "objectives": list(named)}
+    points = final.get("eval/discounted_points")
+    if isinstance(points, list) and points:
+        return {"front": np.array(points, dtype=float)}
+    return {}
 
 
 def _series(records: list[dict[str, Any]]) -> dict[str, Series]:

@@ -1,5 +1,6 @@
 """The report's figures, each as PNG and SVG: learning curves with 95 % bands (mean over tasks,
-and one panel per task), the per-task heatmap, performance profiles, aggregator weights and gradient-conflict statistics over time.
+and one panel per task), the per-task heatmap, performance profiles, aggregator weights and gradient-conflict statistics over time,
+and multi-objective runs' final fronts.
 
 Figures are plain ``matplotlib.figure.Figure`` objects drawn by the Agg (PNG) and SVG canvases:
 no pyplot, no global backend switch, no display needed. A figure whose data the runs do not hold
@@ -24,7 +25,7 @@ def draw_all(methods: list[Method], out_dir: Path, reps: int, seed: int) -> tupl
     for name, draw in (("learning_curves", learning_curves), ("per_task_curves", per_task_curves),
                        ("per_task_heatmap", per_task_heatmap),
                        ("performance_profiles", performance_profiles), ("aggregator_weights", aggregator_weights),
-                       ("gradient_conflicts", gradient_conflicts)):  # fmt: skip
+                       ("gradient_conflicts", gradient_conflicts), ("fronts", fronts)):  # fmt: skip
         fig = draw(methods, reps, seed)
         if isinstance(fig, str):
             notes.append(f"plot {name} skipped: {fig}")
@@ -207,4 +208,28 @@ def gradient_conflicts(methods: list[Method], reps: int, seed: int):
         ax.set(title=c, xlabel=_unit(found[0][0]))
     axes[0].legend(fontsize="x-small")
     fig.suptitle("Gradient conflicts over training (mean over runs)")
+    return fig
+
+
+def fronts(methods: list[Method], reps: int, seed: int):
+    """Every run's final population of discounted returns, one panel per pair of objectives."""
+    found = [(i, m, [r for r in m.runs if r.front is not None]) for i, m in enumerate(methods)]
+    found = [(i, m, runs) for i, m, runs in found if runs]
+    if not found:
+        return "the runs hold no final front (multi-objective runs write one)"
+    dims = {r.front.shape[1] for _, _, runs in found for r in runs}
+    if len(dims) > 1:
+        return f"the runs' fronts have different numbers of objectives ({sorted(dims)})"
+    (m_obj,) = dims
+    names = next((r.objectives for _, _, runs in found for r in runs if r.objectives), None)
+    names = names or [f"objective {j}" for j in range(m_obj)]
+    pairs = [(a, b) for a in range(m_obj) for b in range(a + 1, m_obj)]
+    fig, axes = _figure(4.0, 3.6, cols=len(pairs))
+    for ax, (a, b) in zip(axes, pairs):
+        for i, m, runs in found:
+            points = np.concatenate([r.front for r in runs])
+            ax.scatter(points[:, a], points[:, b], s=6, alpha=0.5, color=f"C{i}", label=f"{m.label} ({len(runs)} runs)")
+        ax.set(xlabel=names[a], ylabel=names[b])
+    axes[0].legend(fontsize="x-small", markerscale=2)
+    fig.suptitle("Final fronts: discounted return per preference, all runs")
     return fig

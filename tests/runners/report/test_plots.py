@@ -8,7 +8,7 @@ import pytest
 
 from morl.runners import cli
 from morl.runners.report.collect import Series, collect
-from morl.runners.report.plots import draw_all, mean_series
+from morl.runners.report.plots import draw_all, fronts, mean_series
 from morl.runners.report.summary import group
 from tests.runners.report.report_runs import STEPS, TASKS, write_rl_run, write_sweep
 
@@ -48,7 +48,10 @@ def test_plots_without_weights_are_skipped_with_a_note(tmp_path):
     runs, _, _ = collect([tmp_path / "run"])
     drawn, notes = draw_all(group(runs), tmp_path / "plots", 100, 0)
     assert drawn == [n for n in ALL if n != "aggregator_weights"]
-    assert notes == ["plot aggregator_weights skipped: the runs log no aggregator weights in metrics.jsonl"]
+    assert notes == [
+        "plot aggregator_weights skipped: the runs log no aggregator weights in metrics.jsonl",
+        "plot fronts skipped: the runs hold no final front (multi-objective runs write one)",
+    ]
     assert not (tmp_path / "plots" / "aggregator_weights.png").exists()
     _assert_images(tmp_path / "plots", drawn)
 
@@ -83,3 +86,37 @@ def test_per_task_curves_hold_each_runs_scores_at_the_common_steps(tmp_path):
         assert m.steps.tolist() == STEPS and m.tasks == TASKS
         np.testing.assert_array_equal(m.task_curves, table)
         np.testing.assert_allclose(m.curves, table.mean(axis=2))
+
+
+def _write_mo_run(run, method, final):
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(f"agent: {{population: 3}}\naggregator: {{name: {method}}}\nrun: {{seed: 0}}\n")
+    (run / "run.json").write_text(json.dumps({"kind": "mo", "status": "finished"}))
+    (run / "final_metrics.json").write_text(json.dumps({"step": 10, "eval/hv": 5.0, **final}))
+
+
+def test_fronts_are_read_from_morl_and_morl_baselines_runs_and_drawn_per_objective_pair(tmp_path):
+    ours = {
+        "a": {"p0": 1.0, "p1": 2.0, "p2": 3.0},
+        "b": {"p0": 6.0, "p1": 5.0, "p2": 4.0},
+        "c": {"p0": 0, "p1": 1, "p2": 0},
+    }
+    _write_mo_run(tmp_path / "ours", "linear", {f"eval/discounted_return/{k}": v for k, v in ours.items()})
+    _write_mo_run(tmp_path / "theirs", "capql", {"eval/discounted_points": [[1.5, 5.5, 0.5], [2.5, 4.5, 0.5]]})
+    runs, _, _ = collect([tmp_path / "ours", tmp_path / "theirs"])
+    np.testing.assert_array_equal(runs[0].front, [[1, 6, 0], [2, 5, 1], [3, 4, 0]])
+    assert runs[0].objectives == ["a", "b", "c"] and runs[1].objectives == []
+    np.testing.assert_array_equal(runs[1].front, [[1.5, 5.5, 0.5], [2.5, 4.5, 0.5]])
+    fig = fronts(group(runs), 100, 0)
+    axes = fig.get_axes()
+    assert [(ax.get_xlabel(), ax.get_ylabel()) for ax in axes] == [("a", "b"), ("a", "c"), ("b", "c")]
+    offsets = [c.get_offsets() for c in axes[1].collections]  # a against c: ours, then theirs
+    np.testing.assert_array_equal(offsets[0], [[1, 0], [2, 1], [3, 0]])
+    np.testing.assert_array_equal(offsets[1], [[1.5, 0.5], [2.5, 0.5]])
+
+
+def test_fronts_with_different_objective_counts_are_skipped_with_a_note(tmp_path):
+    _write_mo_run(tmp_path / "two", "linear", {"eval/discounted_points": [[1.0, 2.0]]})
+    _write_mo_run(tmp_path / "three", "capql", {"eval/discounted_points": [[1.0, 2.0, 3.0]]})
+    runs, _, _ = collect([tmp_path / "two", tmp_path / "three"])
+    assert fronts(group(runs), 100, 0) == "the runs' fronts have different numbers of objectives ([2, 3])"
