@@ -117,7 +117,9 @@ class MOExperiment(SACExperiment):
         )
 
     def final_metrics(self) -> dict[str, Any]:
-        out = {"step": self.s.step, "updates": self.s.updates, "eval/hv_best": self.s.stats.best_hv}
+        stats = self.s.stats
+        out = {"step": self.s.step, "updates": self.s.updates, "eval/hv_best": stats.best_hv}
+        out["train_seconds"] = dict(stats.train_seconds)  # MORL-Baselines' runs (tools/) write the same key
         return {**out, **(self.s.stats.last_eval or {})}
 
     def load_state_dict(self, state: dict[str, Any], *, for_evaluation: bool = False) -> None:

@@ -111,7 +111,9 @@ class RLExperiment(SACExperiment):
 
     def final_metrics(self) -> dict[str, Any]:
         last = self.s.stats.last_eval or {}
-        out = {"step": self.s.step, "updates": self.s.updates, "best_mean_success": self.s.stats.best_eval_success}
+        stats = self.s.stats
+        out = {"step": self.s.step, "updates": self.s.updates, "best_mean_success": stats.best_eval_success}
+        out["train_seconds"] = dict(stats.train_seconds)
         if last:
             out.update(
                 {"eval/success": last["success"], "eval/return": last["return"], "headline": last["success"]["mean"]}

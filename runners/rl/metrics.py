@@ -55,6 +55,7 @@ class LoopStats:
         self.last_eval: dict[str, Any] | None = None
         self.skipped_reported = 0  # skipped updates already reported on the terminal
         self.updates_reported = 0  # updates made when they were last read
+        self.train_seconds = {"cpu": 0.0, "wall": 0.0}  # training steps only, summed over resumes
         self.reset_interval()
 
     def reset_interval(self) -> None:
@@ -116,6 +117,7 @@ class LoopStats:
             "last_eval": self.last_eval,
             "skipped_reported": self.skipped_reported,
             "updates_reported": self.updates_reported,
+            "train_seconds": dict(self.train_seconds),
             "ep_success": self.ep_success.copy(),
             "ep_return": self.ep_return.copy(),
             "ep_count": self.ep_count.copy(),

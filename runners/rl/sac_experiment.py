@@ -14,6 +14,7 @@ the three non-finite counters, ``stats`` with ``skipped_reported``/``updates_rep
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -88,10 +89,14 @@ class SACExperiment(Experiment):
         return self.s.step > self.cfg.run.warmup_steps  # the warm-up's random actions run far faster
 
     def step(self) -> None:
+        cpu, wall = time.process_time(), time.perf_counter()
         try:
             self.iterate()
         except NonFiniteOutput as exc:  # raised before the env saw the actions; s.step not advanced
             raise self._diverged(self.s.step + 1, str(exc), good_before=self.s.step) from None
+        spent = self.s.stats.train_seconds  # what `final_metrics` reports: evaluations and checkpoints excluded
+        spent["cpu"] += time.process_time() - cpu
+        spent["wall"] += time.perf_counter() - wall
 
     def progress_fields(self, record: dict[str, Any]) -> dict[str, Any]:
         tps = record.get("perf/transitions_per_s")

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Deadlines only guard against a hang: a subprocess on a loaded 2-core machine took more than 240 s
 # to write its first record (prompt: loading the encoder while two MT10 runs trained).
 # Wall-clock values: they differ between any two runs.
-TIMING_KEYS = ("time", "seconds")
+TIMING_KEYS = ("time", "seconds", "train_seconds")
 TIMING_PREFIXES = ("perf/",)
 
 

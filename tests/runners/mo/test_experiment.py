@@ -2,11 +2,15 @@
 scalars and front figures, checkpoints, run.json), ``morl eval``, a crashed run resumed bitwise,
 ``morl report`` over seeds and a sweep's dispatch; the learning check in the integration tier."""
 
+import functools
+import itertools
 import json
+from types import SimpleNamespace
 
 import pytest
 
 import morl.runners.mo.session as mo_session
+import morl.runners.rl.sac_experiment as sac_experiment
 from morl.runners.checkpoint import torch_load
 from morl.runners.cli import main as morl
 from morl.runners.mo.config import load_mo_config
@@ -64,6 +68,9 @@ def test_train_writes_a_complete_run_directory_and_eval_reads_it(tmp_path, capsy
 def _crash_and_resume(overrides, tmp_path, monkeypatch):
     """The run uninterrupted, and the same run crashed at step 19 (after the checkpoint of step 16)
     and resumed; asserts their last checkpoints and records equal. Returns both run directories."""
+    ticks = {"process_time": itertools.count(), "perf_counter": itertools.count()}
+    clock = SimpleNamespace(**{name: functools.partial(next, count) for name, count in ticks.items()})
+    monkeypatch.setattr(sac_experiment, "time", clock)  # one second per step, on each clock
     full = start("mo", load_mo_config(QUICK, [*overrides, f"run.out_dir={tmp_path / 'full'}"]), progress=False)
     real = mo_session.collect_action
 
@@ -85,6 +92,8 @@ def _crash_and_resume(overrides, tmp_path, monkeypatch):
     strip = [[{k: v for k, v in r.items() if k != "time" and not k.startswith("perf/")} for r in _records(d)]
              for d in (full, crashed)]  # fmt: skip
     assert strip[0] == strip[1]
+    for d in (full, crashed):  # the 24 steps, each counted once: not the crashed step, not the evaluations
+        assert json.loads((d / "final_metrics.json").read_text())["train_seconds"] == {"cpu": 24, "wall": 24}
     return full, crashed
 
 
