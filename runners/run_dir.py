@@ -139,7 +139,7 @@ def check_config_unchanged(
     for key, (old, new) in _differences(stored, config).items():
         if key in given or (old is _MISSING and key not in written):
             continue
-        old = None if old is _MISSING else old
+        old, new = (None if v is _MISSING else v for v in (old, new))  # a key added or removed
         raise UserError(
             f"{run_dir / CONFIG_FILE} was edited since the last checkpoint ({key}: {old!r} -> {new!r}); "
             f"undo the edit, or pass {key}=... on the command line if the change is intended and allowed"

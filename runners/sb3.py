@@ -90,7 +90,7 @@ def check_arguments(args) -> list[int]:
     if args.aggregator not in aggregators.available():
         raise UserError(f"unknown --aggregator {args.aggregator!r}; allowed: {', '.join(aggregators.available())}")
     sizes = args.net.split(",")
-    if not all(s.strip().isdigit() and int(s) >= 1 for s in sizes):
+    if not all(s.strip().isdecimal() and int(s) >= 1 for s in sizes):
         raise UserError(f"--net {args.net!r} must be comma-separated positive layer sizes, e.g. 64,64")
     return [int(s) for s in sizes]
 

@@ -60,6 +60,8 @@ class RunLogger:
         """Append one JSON line; arrays become lists, non-finite floats become null."""
 
         def clean(v):
+            if isinstance(v, np.generic):  # a numpy scalar: its Python value
+                return clean(v.item())
             if isinstance(v, (torch.Tensor, np.ndarray)):
                 arr = _to_float_array(v)
                 return [clean(float(x)) for x in arr] if arr.size != 1 else clean(float(arr[0]))

@@ -6,7 +6,7 @@ shell does everything else (run directory, logging, progress bar, checkpoints, C
 ``morl resume``, ``morl eval``). To make it a ``morl`` command, add
 ``"quadratic": "docs.examples.new_kind:QuadraticExperiment"`` (its real module path) to
 ``runners/shell/kinds.py`` and a 10-line command module like ``runners/train.py``.
-tests/test_shell.py runs exactly this file.
+tests/runners/shell/ runs exactly this file (its conftest.py registers it as the kind `quadratic`).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ split into environment stepping, updates and (inside the updates) aggregation.
 
 from __future__ import annotations
 
+import copy
 import time
 from contextlib import contextmanager
 from typing import Any
@@ -128,12 +129,13 @@ class LoopStats:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = copy.deepcopy(state)  # the counters go on from here; the caller's state stays as it was
         self.num_tasks = state["num_tasks"]
         # a checkpoint without per-key counts counted every key on every update
         state.setdefault("update_counts", {k: state["update_count"] for k in state["update_sums"]})
         for key, value in state.items():
             if key != "num_tasks":
-                setattr(self, key, value.copy() if isinstance(value, np.ndarray) else value)
+                setattr(self, key, value)
 
 
 class SectionTimer:

@@ -108,7 +108,7 @@ class SACExperiment(Experiment):
             return
         from morl.runners.rl.session import agent_state_for
 
-        same_device = state.get("device_type") == self.s.device.type
+        same_device = state.get("device_type", self.s.device.type) == self.s.device.type  # as `load_session_state`
         self.s.agent.load_state_dict(agent_state_for(self.s.agent, state, same_device))
         self.s.step = int(state["step"])
 

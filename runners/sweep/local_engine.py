@@ -9,13 +9,20 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from morl.runners.sweep.worker import Job, run_job
 
 
+def usable_cpus() -> int:
+    """The cores this process may run on (its affinity mask, e.g. under ``taskset``), else all."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 class LocalEngine:
     name = "local"
 
     def __init__(self, cpus_per_run: int) -> None:
         # One run per `cpus_per_run` cores: more would oversubscribe (each run sets
         # OMP_NUM_THREADS to its cpus, and the scheduler never starts more than capacity).
-        self.capacity = max(1, (os.cpu_count() or 1) // cpus_per_run)
+        self.capacity = max(1, usable_cpus() // cpus_per_run)
         self.pool = ThreadPoolExecutor(self.capacity, thread_name_prefix="morl-sweep")
 
     def submit(self, job: Job) -> Future:

@@ -13,6 +13,7 @@ import os
 import warnings
 
 from morl.runners.errors import UserError
+from morl.runners.sweep.local_engine import usable_cpus
 from morl.runners.sweep.worker import Job, run_job
 
 
@@ -44,7 +45,7 @@ class RayEngine:
             if address:
                 self.ray.init(address=address, **quiet)
             else:  # "local": a new instance, never one found through RAY_ADDRESS or a running `ray start`
-                self.ray.init(address="local", num_cpus=os.cpu_count() or 1, **quiet)
+                self.ray.init(address="local", num_cpus=usable_cpus(), **quiet)
 
     def _capacity(self, cpus: int, gpus: float) -> int:
         total = self.ray.cluster_resources()

@@ -81,8 +81,15 @@ def _wait(proc: subprocess.Popen, stop_file: Path) -> int:
             pass
         request = read_stop(stop_file)
         if request in SIGNALS and request != sent:
-            proc.send_signal(SIGNALS[request])
+            _signal(proc, request)
             sent = request
+
+
+def _signal(proc: subprocess.Popen, request: str) -> None:
+    if request == "kill":  # the run's whole session (Flower, Ray, loader workers): nothing outlives a kill
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:  # the run alone: it stops its own children as it ends
+        proc.send_signal(SIGNALS[request])
 
 
 def read_stop(stop_file: Path) -> str:

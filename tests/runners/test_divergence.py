@@ -10,9 +10,9 @@ A run that goes non-finite ends as status "diverged" in run.json, exit status 3 
 stderr naming the position and what to try; its last checkpoint stays the last finite one, and a
 run whose every update was skipped is diverged too (it never trained).
 
-The shell's rules are checked on a walk x_t = t whose "model" (x) or evaluation turns NaN at a
-chosen step; then each kind of run is driven to a real divergence by a learning rate that
-overflows float32 (every step moves parameters by about lr).
+The shell's rules, on a walk x_t = t whose "model" (x) or evaluation turns NaN at a chosen step,
+are checked with the loop (tests/runners/shell/test_loop.py); here each kind of run is driven to a
+real divergence by a learning rate that overflows float32 (every step moves parameters by about lr).
 """
 
 import json
@@ -26,9 +26,6 @@ import torch
 
 from morl.runners.checkpoint import torch_load
 from morl.runners.cli import main as morl
-from morl.runners.run_dir import named_run_dir
-from morl.runners.shell.experiment import Experiment, Schedule
-from morl.runners.shell.loop import run
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -266,43 +263,6 @@ def test_supervised_adapter_undoes_a_nonfinite_step(optim):
     assert not all(torch.equal(a, b.detach()) for a, b in zip(params, model.parameters()))  # a clean step trains
 
 
-class Walk(Experiment):
-    """x goes 1, 2, 3, ...; from ``nan_at`` on x is NaN, from ``eval_nan_at`` on its evaluation is."""
-
-    kind = command = "walk"
-
-    def __init__(self, total=6, nan_at=None, eval_nan_at=None, skipped=0):
-        self.total, self.nan_at, self.eval_nan_at, self.skipped = total, nan_at, eval_nan_at, skipped
-        self.x = torch.zeros(1)
-
-    name = out_dir = "walk"
-    schedule = property(lambda self: Schedule(self.total, 1, 1, 1))
-
-    def step(self):
-        self.position += 1
-        self.x = torch.tensor([float("nan") if self.position == self.nan_at else float(self.position)])
-
-    def evaluate(self, **options):
-        bad = self.eval_nan_at is not None and self.position >= self.eval_nan_at
-        return {"headline": float("nan") if bad else 1.0}
-
-    def config_dict(self):
-        return {}
-
-    def skipped_updates(self):
-        return min(self.skipped, self.position), self.position
-
-    def state_dict(self):
-        return {"format": 1, "config": {}, "x": self.x.clone()}
-
-
-def _run(tmp_path, exp):
-    run_dir = named_run_dir(tmp_path / "run")
-    with pytest.raises(SystemExit) as stop:
-        run(exp, run_dir, progress=False)
-    return run_dir, stop.value.code
-
-
 def _one_line(capsys) -> str:
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -312,44 +272,6 @@ def _one_line(capsys) -> str:
 
 def _status(run_dir: Path) -> str:
     return json.loads((run_dir / "run.json").read_text())["status"]
-
-
-def test_a_nan_model_is_never_saved_and_the_run_ends_diverged(tmp_path, capsys):
-    run_dir, code = _run(tmp_path, Walk(nan_at=4))
-    last = run_dir / "checkpoints" / "last.pt"
-    assert code == 3 and _status(run_dir) == "diverged"
-    assert _one_line(capsys) == (
-        f"morl: error: training diverged at step 4/6: the model holds non-finite (NaN/inf) values (x); "
-        f"last good checkpoint {last} (step 3); try a lower learning rate"
-    )
-    assert torch_load(last)["x"].item() == 3.0 and not (run_dir / "final_metrics.json").exists()
-
-
-def test_a_non_finite_evaluation_ends_diverged_before_its_checkpoint(tmp_path, capsys):
-    run_dir, code = _run(tmp_path, Walk(eval_nan_at=5))
-    assert code == 3 and _status(run_dir) == "diverged"
-    line = _one_line(capsys)
-    assert line.startswith("morl: error: training diverged at step 5/6: the evaluation is non-finite (headline nan)")
-    assert "(step 4)" in line and torch_load(run_dir / "checkpoints" / "last.pt")["x"].item() == 4.0
-
-
-def test_a_nan_before_the_first_checkpoint_says_none_was_written(tmp_path, capsys):
-    run_dir, code = _run(tmp_path, Walk(nan_at=1))
-    assert code == 3 and "no checkpoint was written before it" in _one_line(capsys)
-    assert not (run_dir / "checkpoints" / "last.pt").exists()
-
-
-def test_a_run_whose_every_update_was_skipped_ends_diverged(tmp_path, capsys):
-    run_dir, code = _run(tmp_path, Walk(skipped=6))
-    assert code == 3 and _status(run_dir) == "diverged"
-    assert "at step 6/6: every one of the 6 updates was non-finite (NaN/inf) and skipped" in _one_line(capsys)
-    assert torch_load(run_dir / "checkpoints" / "last.pt")["position"] == 5
-
-
-def test_some_skipped_updates_still_finish(tmp_path):
-    run_dir = named_run_dir(tmp_path / "run")
-    run(Walk(skipped=5), run_dir, progress=False)
-    assert _status(run_dir) == "finished" and torch_load(run_dir / "checkpoints" / "last.pt")["position"] == 6
 
 
 # -- each kind of run ---------------------------------------------------------------------------

@@ -1,12 +1,12 @@
-"""TensorBoard for comparisons, read back through TensorBoard's own plugin backends: the
-custom-scalars layout (every task's success in one chart, every aggregator weight in one chart,
-conflicts and speed together) and HParams (one session per run, holding its final metrics)."""
+"""The custom-scalars layout for comparisons (runners/tb_layout.py), read back through
+TensorBoard's own plugin backends: every task's success in one chart, every aggregator weight in
+one chart, conflicts and speed together. The HParams view is tested with the run logger, in
+tests/runners/test_tensorboard.py, which uses this module's helpers."""
 
 import json
 import re
 
 import numpy as np
-import pytest
 
 from morl.runners.tb_layout import CATEGORY, layout, write_layout
 from morl.runners.tensorboard import RunLogger, flatten_config
@@ -91,38 +91,3 @@ def test_custom_scalars_plugin_merges_the_runs_layouts_once(tmp_path):
     ]
     success = category["chart"][0]["multiline"]["tag"]
     assert success == [f"^eval/success/{t}$" for t in TASKS]
-
-
-def test_hparams_view_has_one_session_per_run_with_its_final_metrics(tmp_path):
-    from tensorboard.plugins.hparams import api_pb2, backend_context, list_session_groups
-
-    _fake_rl_run(tmp_path / "a", "cagrad", 0.5)
-    _fake_rl_run(tmp_path / "b", "mgda", 0.25)
-    _, tb, ctx = _backend(tmp_path)
-    statuses = [api_pb2.STATUS_UNKNOWN, api_pb2.STATUS_SUCCESS, api_pb2.STATUS_FAILURE, api_pb2.STATUS_RUNNING]
-    request = api_pb2.ListSessionGroupsRequest(start_index=0, slice_size=10, allowed_statuses=statuses)
-    response = list_session_groups.Handler(ctx, backend_context.Context(tb), "", request).run()
-    groups = {g.name: g for g in response.session_groups}
-    assert sorted(groups) == ["a/tb/hparams", "b/tb/hparams"]
-    for name, aggregator, success in (("a/tb/hparams", "cagrad", 0.5), ("b/tb/hparams", "mgda", 0.25)):
-        (session,) = groups[name].sessions
-        assert session.status == api_pb2.STATUS_SUCCESS
-        assert groups[name].hparams["aggregator.name"].string_value == aggregator
-        values = {m.name.tag: m.value for m in session.metric_values}
-        assert values == pytest.approx({"final/eval/success/mean": success, "final/step": 200.0})
-
-
-def test_hparams_columns_are_the_union_of_every_run_s_keys(tmp_path):
-    from tensorboard.data import provider
-    from tensorboard.plugins.hparams import backend_context
-
-    _fake_rl_run(tmp_path / "a", "cagrad", 0.5)  # has aggregator.options.c
-    _fake_rl_run(tmp_path / "b", "mgda", 0.25)  # has aggregator.options (empty)
-    _, tb, ctx = _backend(tmp_path)
-    bc = backend_context.Context(tb)
-    meta = bc.hparams_metadata(ctx, "")
-    empty = provider.ListHyperparametersResult(hyperparameters=[], session_groups=[])
-    experiment = bc.experiment_from_metadata(ctx, "", True, meta, empty)
-    columns = {h.name for h in experiment.hparam_infos}
-    assert {"aggregator.name", "aggregator.options.c", "aggregator.options", "run.seed"} <= columns
-    assert {m.name.tag for m in experiment.metric_infos} == {"final/eval/success/mean", "final/step"}

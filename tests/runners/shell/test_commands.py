@@ -1,36 +1,19 @@
-"""The experiment shell, on the worked example of a new kind of run (docs/examples/new_kind.py):
-stop anywhere and resume to the same end, checkpoints by count, by wall-clock time and on
-request, run.json statuses, dispatch of resume/eval on the kind, one-line errors."""
+"""Starting, resuming and evaluating runs (runners/shell/commands.py), on the worked example of a
+new kind of run (docs/examples/new_kind.py, the ``quadratic`` fixture of conftest.py): stop
+anywhere and resume to the same end, dispatch of resume/eval on the kind, one-line errors.
+The loop's own rules (checkpoints by count and wall-clock time, stops, divergence): test_loop.py."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from morl.runners.checkpoint import torch_load
 from morl.runners.cli import main as morl
-from morl.runners.divergence import Diverged
 from morl.runners.interrupts import Interrupted
-from morl.runners.shell import commands, kinds
+from morl.runners.shell import commands
 from morl.runners.shell.run_info import read_run_info
 from tests.state_equality import assert_state_equal
-
-EXAMPLES = Path(__file__).resolve().parents[3] / "docs" / "examples"
-
-
-@pytest.fixture
-def quadratic(monkeypatch):
-    monkeypatch.syspath_prepend(str(EXAMPLES))
-    monkeypatch.setitem(kinds.KINDS, "quadratic", "new_kind:QuadraticExperiment")
-    from new_kind import QuadraticConfig, QuadraticExperiment
-
-    def config(tmp_path, **changes):
-        return QuadraticExperiment.load_config(None, [f"out_dir={tmp_path}", *(f"{k}={v}" for k, v in changes.items())])
-
-    yield config
-    sys.modules.pop("new_kind", None)
-    assert QuadraticConfig  # imported for the reader: the schema is the config file's keys
 
 
 def _records(run_dir: Path) -> list[dict]:
@@ -61,35 +44,6 @@ def test_a_run_stopped_anywhere_and_resumed_ends_bitwise_equal(quadratic, tmp_pa
         (stopped / "final_metrics.json").read_text()
     )
     assert read_run_info(stopped)["status"] == "finished"
-
-
-def test_checkpoints_come_by_count_by_wall_clock_and_at_the_end(quadratic, tmp_path, monkeypatch):
-    import morl.runners.shell.checkpoints as ckpt
-    import morl.runners.shell.loop as loop
-
-    saved, real_save = [], ckpt.save_checkpoint
-    monkeypatch.setattr(ckpt, "save_checkpoint", lambda exp, d: saved.append(exp.position) or real_save(exp, d))
-    commands.start(
-        "quadratic", quadratic(tmp_path, steps=12, checkpoint_every=5), run_dir=tmp_path / "a", progress=False
-    )
-    assert saved == [5, 10, 12]
-    now = [0.0]
-    monkeypatch.setattr(loop.time, "monotonic", lambda: now[0])
-    real_step = sys.modules["new_kind"].QuadraticExperiment.step
-
-    def slow_step(self):  # each step takes 25 s of wall-clock time
-        now[0] += 25.0
-        real_step(self)
-
-    monkeypatch.setattr(sys.modules["new_kind"].QuadraticExperiment, "step", slow_step)
-    saved.clear()
-    commands.start(
-        "quadratic",
-        quadratic(tmp_path, steps=12, checkpoint_every=100, checkpoint_minutes=1),
-        run_dir=tmp_path / "b",
-        progress=False,
-    )
-    assert saved == [3, 6, 9, 12]  # 75 s >= 1 min after the previous one, and the end
 
 
 def test_run_json_names_the_kind_and_resume_and_eval_dispatch_on_it(quadratic, tmp_path, capsys):
@@ -130,82 +84,6 @@ def test_run_dir_must_be_new_or_empty(quadratic, tmp_path):
     (tmp_path / "taken" / "file").write_text("x")
     with pytest.raises(UserError, match="already exists.*morl resume"):
         commands.start("quadratic", quadratic(tmp_path), run_dir=tmp_path / "taken", progress=False)
-
-
-def test_a_diverged_run_is_marked_and_keeps_its_last_good_checkpoint(quadratic, tmp_path):
-    cfg = quadratic(tmp_path, steps=400, lr=5.0, checkpoint_every=1, log_every=1000, eval_every=1000)
-    with pytest.raises(Diverged):
-        commands.start("quadratic", cfg, run_dir=tmp_path / "d", progress=False)
-    assert read_run_info(tmp_path / "d")["status"] == "diverged"
-    assert bool(_last(tmp_path / "d")["x"].isfinite().all())
-
-
-def test_legacy_run_directories_are_recognised_by_their_config_keys(tmp_path):
-    for keys, kind in (
-        (("prompts", "dispatcher"), "prompt"),
-        (("strategy", "engine"), "fl"),
-        (("data", "epochs"), "supervised"),
-        (("run", "agent"), "rl"),
-    ):
-        run_dir = tmp_path / kind
-        run_dir.mkdir()
-        (run_dir / "config.yaml").write_text("".join(f"{k}: 1\n" for k in keys))
-        assert kinds.kind_of(run_dir) == kind
-
-
-def test_metrics_are_read_back_at_any_depth_and_ints_stay_ints():
-    import numpy as np
-    import torch
-
-    from morl.runners.shell.metrics import resolve
-
-    out = resolve(
-        {
-            "a": torch.tensor(0.5),
-            "b": {"c": {"d": torch.tensor([1.0, 2.0])}},
-            "n": 3,
-            "flag": True,
-            "e": np.float32(0.25),
-            "f": [torch.tensor(1.0), torch.tensor(2.0)],
-            "s": "x",
-        }
-    )
-    assert out == {"a": 0.5, "b": {"c": {"d": [1.0, 2.0]}}, "n": 3, "flag": True, "e": 0.25, "f": [1.0, 2.0], "s": "x"}
-    assert type(out["n"]) is int and type(out["a"]) is float
-
-
-def test_a_stop_during_the_last_unit_just_finishes_the_run(quadratic, tmp_path):
-    run_dir = commands.start(
-        "quadratic", quadratic(tmp_path, steps=12), run_dir=tmp_path / "r", progress=False, stop_at=12
-    )
-    assert read_run_info(run_dir)["status"] == "finished" and (run_dir / "final_metrics.json").is_file()
-
-
-def test_a_signal_while_the_final_metrics_are_computed_stops_at_once_and_resume_redoes_them(
-    quadratic, tmp_path, monkeypatch
-):
-    import os
-    import signal
-
-    full = commands.start("quadratic", quadratic(tmp_path, steps=12), run_dir=tmp_path / "full", progress=False)
-    cls = sys.modules["new_kind"].QuadraticExperiment
-    real_final = cls.final_metrics
-
-    def long_final(self):  # e.g. FORUM's baselines: minutes of work after the last step
-        os.kill(os.getpid(), signal.SIGTERM)
-        return real_final(self)
-
-    monkeypatch.setattr(cls, "final_metrics", long_final)
-    before = signal.getsignal(signal.SIGTERM)  # whatever was installed (pytest's, Ray's after a Ray test)
-    with pytest.raises(Interrupted, match="SIGTERM: stopped while computing the final metrics.*morl resume"):
-        commands.start("quadratic", quadratic(tmp_path, steps=12), run_dir=tmp_path / "cut", progress=False)
-    cut = tmp_path / "cut"
-    assert read_run_info(cut)["status"] == "interrupted" and not (cut / "final_metrics.json").exists()
-    assert signal.getsignal(signal.SIGTERM) is before  # handlers restored
-    monkeypatch.setattr(cls, "final_metrics", real_final)
-    commands.resume(cut, progress=False)
-    assert json.loads((cut / "final_metrics.json").read_text()) == json.loads((full / "final_metrics.json").read_text())
-    assert read_run_info(cut)["status"] == "finished"
 
 
 @pytest.mark.parametrize(
