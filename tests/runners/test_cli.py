@@ -223,3 +223,28 @@ def test_a_failed_start_removes_only_the_run_directory_it_created_without_a_chec
     assert run_dir.is_dir() == kept
     removed = f"morl: removed the unfinished run directory {run_dir}"
     assert (removed in capsys.readouterr().err.splitlines()) == (not kept)
+
+
+def test_overrides_may_follow_the_options():
+    from morl.runners.cli import _parse, build_parser
+
+    args = _parse(
+        build_parser(),
+        [
+            "train",
+            "configs/quickstart_point_mass.yaml",
+            "seed=1",
+            "--run-dir",
+            "d",
+            "run.seed=2",
+            "--no-progress",
+            "a.b=[1, 2]",
+        ],
+    )
+    assert (args.config, args.run_dir, args.no_progress) == ("configs/quickstart_point_mass.yaml", "d", True)
+    assert args.overrides == ["seed=1", "run.seed=2", "a.b=[1, 2]"]
+    with pytest.raises(SystemExit) as exc:  # an unknown option stays argparse's error
+        _parse(build_parser(), ["train", "configs/quickstart_point_mass.yaml", "--bogus", "seed=1"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit):  # a command without overrides takes none
+        _parse(build_parser(), ["report", "x", "--out", "y", "seed=1"])

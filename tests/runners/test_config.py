@@ -227,3 +227,27 @@ def test_require_names_the_section_and_treats_an_empty_list_as_bad():
         _error(require, cfg, {"run.widths": ">=1?"})
         == "run.widths must be >= 1 or null (each entry, at least one), got []"
     )
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ({"a": ">=1"}, "sec.a must be >= 1, got 0"),
+        ({"b": ">0?"}, "sec.b must be > 0 or null, got -1.5"),
+        ({"c.d": "[0,1)"}, "sec.c.d must be in [0, 1), got 1.0"),
+        ({"e": ">=1"}, "sec.e must be >= 1 (each entry, at least one), got [4, 0]"),
+        ({"f": ">=1"}, "sec.f must be >= 1, got None"),
+        ({"g": ">0"}, "sec.g must be > 0, got True"),
+    ],
+)
+def test_require_names_the_key_its_value_and_what_is_allowed(rules, message):
+    from types import SimpleNamespace
+
+    from morl.runners.config import require
+    from morl.runners.errors import UserError
+
+    cfg = SimpleNamespace(a=0, b=-1.5, c=SimpleNamespace(d=1.0), e=[4, 0], f=None, g=True, ok=3, none=None)
+    require(cfg, {"ok": ">=1", "none": ">=1?", "c.d": "[0,1]"}, prefix="sec.")  # passes
+    with pytest.raises(UserError) as exc:
+        require(cfg, rules, prefix="sec.")
+    assert str(exc.value) == message

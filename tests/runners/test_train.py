@@ -213,18 +213,3 @@ def _assert_comparison_views(run_dir, headline: float) -> None:
     assert group.hparams["aggregator.name"].string_value == "pcgrad"
     values = {m.name.tag: m.value for m in group.sessions[0].metric_values}
     assert values["final/headline"] == pytest.approx(headline)
-
-
-def test_overrides_may_follow_the_options():
-    from morl.runners.cli import _parse, build_parser
-
-    args = _parse(
-        build_parser(), ["train", QUICK, "seed=1", "--run-dir", "d", "run.seed=2", "--no-progress", "a.b=[1, 2]"]
-    )
-    assert (args.config, args.run_dir, args.no_progress) == (QUICK, "d", True)
-    assert args.overrides == ["seed=1", "run.seed=2", "a.b=[1, 2]"]
-    with pytest.raises(SystemExit) as exc:  # an unknown option stays argparse's error
-        _parse(build_parser(), ["train", QUICK, "--bogus", "seed=1"])
-    assert exc.value.code == 2
-    with pytest.raises(SystemExit):  # a command without overrides takes none
-        _parse(build_parser(), ["report", "x", "--out", "y", "seed=1"])
