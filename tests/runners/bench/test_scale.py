@@ -1,16 +1,12 @@
-"""``morl bench scale``: the models have the sizes the docs quote, every cell reports a time and a
-peak relative to the plain step, the growth part reports a ratio and a goal per case, and the
-target is registered."""
+"""``morl bench scale``: the models have the sizes the docs quote and every cell reports a time and a
+peak relative to the plain step."""
 
-import argparse
-import itertools
 import json
 
 import pytest
 
-from morl.runners.bench import command, growth, scale
+from morl.runners.bench import scale
 from morl.runners.cli import main
-from morl.runners.errors import UserError
 
 
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
@@ -64,47 +60,3 @@ def test_a_cell_in_a_fresh_process_reports_its_peak():
 def test_rows_cells_too_big_for_memory_are_skipped_not_run():
     rows = scale.measure(True, ks=(2,), models=("mlp",), methods=("rows",), max_gb=1e-6)
     assert rows[0]["error"].startswith("skipped: [K, D] matrix")
-
-
-def test_quick_growth_reports_a_ratio_and_its_goal_for_every_case():
-    rows = growth.measure(True, pairs=1)
-    assert [(r["step"], r["method"]) for r in rows] == [(c[0], c[2]) for c in growth.CASES]
-    for r in rows:
-        small, large = next(r[axis] for axis in ("T", "n", "K") if axis in r)
-        assert r["small_s"] > 0 and r["large_s"] > 0 and r["ratio"] > 0 and r["pairs"] == 1
-        assert r["goal"] == pytest.approx(1.1 * large / small)
-        assert r["met"] == (r["ratio"] <= r["goal"])
-    table = growth.format_table(rows)
-    assert "| MT-SAC update | upgrad | T 2 → 4 |" in table and "| FL round | most_mgda | n 10 → 20 |" in table
-
-
-def _clock(monkeypatch, durations):
-    """time.perf_counter advancing by each call's duration in turn."""
-    ticks = itertools.accumulate(itertools.chain.from_iterable((0.0, d) for d in durations))
-    monkeypatch.setattr(growth.time, "perf_counter", lambda: next(ticks))
-
-
-def test_interleaved_takes_medians_over_pairs_within_the_budget(monkeypatch):
-    _clock(monkeypatch, [1.0, 9.0] + [1.0, 3.0, 2.0, 4.0, 1.0, 5.0])  # warm-up, then pairs of 4, 6, 6 s
-    out = growth.interleaved(lambda: None, lambda: None, pairs=5, budget=15.0)  # the third pair passes 15 s
-    assert out == {"small_s": 1.0, "large_s": 4.0, "ratio": 3.0, "pairs": 3}
-
-
-def test_interleaved_keeps_the_warm_up_pair_when_the_large_call_is_over_budget(monkeypatch):
-    _clock(monkeypatch, [2.0, 50.0])
-    assert growth.interleaved(lambda: None, lambda: None, pairs=5, budget=30.0) == {
-        "small_s": 2.0,
-        "large_s": 50.0,
-        "ratio": 25.0,
-        "pairs": 1,
-    }
-
-
-def test_growth_is_a_scale_option_only():
-    args = argparse.Namespace(target="rl", growth=True, out=None)
-    with pytest.raises(UserError, match="--growth applies to `morl bench scale` only"):
-        command.main(args)
-
-
-def test_scale_is_a_bench_target():
-    assert command.TARGETS["scale"] == "morl.runners.bench.scale"

@@ -40,11 +40,6 @@ def test_bench_against_torchjd_quick(tmp_path, capsys):
     assert all(r["rel_diff"] < bound[r["method"]] for r in rows if r["method"] in bound)
 
 
-def test_bench_against_needs_the_aggregators_target(capsys):
-    assert main(["bench", "rl", "--against", "torchjd"]) == 2
-    assert "--against applies to `morl bench aggregators` only" in capsys.readouterr().err
-
-
 def test_bench_against_torchjd_method_filter(tmp_path, capsys):
     """`--methods` and `--ks` restrict the side-by-side table to the chosen cells."""
     out = tmp_path / "against.json"

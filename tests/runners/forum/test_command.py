@@ -1,34 +1,15 @@
-"""``morl forum``: registered, refuses a bad config and writes nothing, runs both configs briefly."""
+"""``morl forum``: registered, runs both configs briefly."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 
+from tests.runners.forum.forum_cli import forum_cli
+
 
 # -- the runner -----------------------------------------------------------------------------------
-def _forum_cli(argv):
-    from morl.runners.forum import command as forum
-
-    parser = argparse.ArgumentParser()
-    forum.add_arguments(parser)
-    return forum.main(parser.parse_args(argv))
-
-
-def test_runner_rejects_bad_config_and_writes_nothing(tmp_path):
-    from morl.runners.errors import UserError
-
-    for bad, msg in [("forum.rhoo=1", "unknown config key"), ("problem=rl", "allowed"), ("iterations=0", "iterations"),
-                     ("hypercleaning.datasets=7", "datasets")]:  # fmt: skip
-        with pytest.raises(UserError, match=msg):
-            _forum_cli(["configs/forum_hypercleaning_digits.yaml", bad, f"out_dir={tmp_path}"])
-    with pytest.raises(UserError, match="does not exist"):
-        _forum_cli([str(tmp_path / "missing.yaml")])
-    assert list(tmp_path.iterdir()) == []
-
-
 @pytest.mark.parametrize("config", ["configs/forum_hypercleaning_digits.yaml", "configs/forum_mtl_digits.yaml"])
 def test_a_short_run_of_each_config_writes_records_checkpoint_and_logs(tmp_path, config):
     overrides = [
@@ -38,7 +19,7 @@ def test_a_short_run_of_each_config_writes_records_checkpoint_and_logs(tmp_path,
         "forum.inner_steps=2",
         "hypercleaning.hidden=[16]",
     ]
-    assert _forum_cli([config, *overrides]) == 0
+    assert forum_cli([config, *overrides]) == 0
     (run_dir,) = list(tmp_path.iterdir())
     final = json.loads((run_dir / "final_metrics.json").read_text())
     assert "forum" in final and len(final) >= 2
