@@ -31,6 +31,8 @@ def run(args) -> int:
 
     if args.steps < 1 or args.repeats < 1:
         raise UserError(f"--steps and --repeats must be >= 1, got {args.steps} and {args.repeats}")
+    if args.reference and args.env.lower() not in ("mt10", "mt50"):
+        raise UserError(f"--reference times Meta-World's own MT10 or MT50 vector env; --env is {args.env!r}")
     from morl.envs import make_env
 
     ours = make_env(args.env, seed=0, protocol=args.protocol)

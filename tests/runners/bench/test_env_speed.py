@@ -69,6 +69,12 @@ def test_fewer_than_one_step_or_repeat_is_one_line(steps, repeats):
         env_speed.run(_args(steps=steps, repeats=repeats))
 
 
+@pytest.mark.parametrize("env", ["point_mass", "mt1:reach-v3"])
+def test_a_reference_for_an_env_meta_world_does_not_vectorise_is_one_line(env):
+    with pytest.raises(UserError, match="^--reference times Meta-World's own MT10 or MT50 vector env; --env is "):
+        env_speed.run(_args(env=env, reference=True))
+
+
 def test_run_prints_one_line_per_repeat_for_the_named_env(monkeypatch, capsys):
     made, env = [], FakeVectorEnv()
 
