@@ -1,6 +1,6 @@
 """Checks shared by the per-kind shell tests: an interrupted and resumed run must end bitwise
 equal to an uninterrupted one (final checkpoint, metrics.jsonl, final_metrics.json), whether it
-was stopped in-process or by SIGTERM to ``morl <command>``."""
+was stopped in-process or by SIGTERM to ``morl <command>``; a run's status and its one error line."""
 
 from __future__ import annotations
 
@@ -39,6 +39,14 @@ def final_metrics(run_dir: Path) -> dict:
 
 def status(run_dir: Path) -> str:
     return json.loads((run_dir / "run.json").read_text())["status"]
+
+
+def error_line(capsys) -> str:
+    """The one ``morl: error:`` line on stderr, with no traceback."""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if x.startswith("morl: error:")]
+    return line
 
 
 def assert_same_run(full: Path, resumed: Path) -> None:

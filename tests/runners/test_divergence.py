@@ -26,6 +26,7 @@ import torch
 
 from morl.runners.checkpoint import torch_load
 from morl.runners.cli import main as morl
+from tests.runners.shell_resume_checks import error_line, status
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -263,17 +264,6 @@ def test_supervised_adapter_undoes_a_nonfinite_step(optim):
     assert not all(torch.equal(a, b.detach()) for a, b in zip(params, model.parameters()))  # a clean step trains
 
 
-def _one_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    (line,) = [x for x in err.splitlines() if x.startswith("morl: error:")]
-    return line
-
-
-def _status(run_dir: Path) -> str:
-    return json.loads((run_dir / "run.json").read_text())["status"]
-
-
 # -- each kind of run ---------------------------------------------------------------------------
 
 
@@ -281,7 +271,7 @@ def _morl_diverges(argv, capsys) -> str:
     with pytest.raises(SystemExit) as stop:
         morl([*argv, "--no-progress"])
     assert stop.value.code == 3
-    return _one_line(capsys)
+    return error_line(capsys)
 
 
 def _finite(state) -> bool:
@@ -403,5 +393,5 @@ def test_each_kind_of_run_ends_diverged(argv, start, names, last_checkpoint, tmp
     assert line.startswith(start), line
     for name in names:
         assert name in line, line
-    assert _status(run_dir) == "diverged"
+    assert status(run_dir) == "diverged"
     assert last_checkpoint(run_dir / "checkpoints" / "last.pt")

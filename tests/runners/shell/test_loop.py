@@ -23,6 +23,7 @@ from morl.runners.shell import loop as shell_loop
 from morl.runners.shell.experiment import Experiment, Schedule
 from morl.runners.shell.loop import run
 from morl.runners.shell.run_info import read_run_info
+from tests.runners.shell_resume_checks import error_line, status
 
 
 def _last(run_dir: Path) -> dict:
@@ -140,22 +141,11 @@ def _run(tmp_path, exp):
     return run_dir, stop.value.code
 
 
-def _one_line(capsys) -> str:
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    (line,) = [x for x in err.splitlines() if x.startswith("morl: error:")]
-    return line
-
-
-def _status(run_dir: Path) -> str:
-    return json.loads((run_dir / "run.json").read_text())["status"]
-
-
 def test_a_nan_model_is_never_saved_and_the_run_ends_diverged(tmp_path, capsys):
     run_dir, code = _run(tmp_path, Walk(nan_at=4))
     last = run_dir / "checkpoints" / "last.pt"
-    assert code == 3 and _status(run_dir) == "diverged"
-    assert _one_line(capsys) == (
+    assert code == 3 and status(run_dir) == "diverged"
+    assert error_line(capsys) == (
         f"morl: error: training diverged at step 4/6: the model holds non-finite (NaN/inf) values (x); "
         f"last good checkpoint {last} (step 3); try a lower learning rate"
     )
@@ -164,29 +154,29 @@ def test_a_nan_model_is_never_saved_and_the_run_ends_diverged(tmp_path, capsys):
 
 def test_a_non_finite_evaluation_ends_diverged_before_its_checkpoint(tmp_path, capsys):
     run_dir, code = _run(tmp_path, Walk(eval_nan_at=5))
-    assert code == 3 and _status(run_dir) == "diverged"
-    line = _one_line(capsys)
+    assert code == 3 and status(run_dir) == "diverged"
+    line = error_line(capsys)
     assert line.startswith("morl: error: training diverged at step 5/6: the evaluation is non-finite (headline nan)")
     assert "(step 4)" in line and torch_load(run_dir / "checkpoints" / "last.pt")["x"].item() == 4.0
 
 
 def test_a_nan_before_the_first_checkpoint_says_none_was_written(tmp_path, capsys):
     run_dir, code = _run(tmp_path, Walk(nan_at=1))
-    assert code == 3 and "no checkpoint was written before it" in _one_line(capsys)
+    assert code == 3 and "no checkpoint was written before it" in error_line(capsys)
     assert not (run_dir / "checkpoints" / "last.pt").exists()
 
 
 def test_a_run_whose_every_update_was_skipped_ends_diverged(tmp_path, capsys):
     run_dir, code = _run(tmp_path, Walk(skipped=6))
-    assert code == 3 and _status(run_dir) == "diverged"
-    assert "at step 6/6: every one of the 6 updates was non-finite (NaN/inf) and skipped" in _one_line(capsys)
+    assert code == 3 and status(run_dir) == "diverged"
+    assert "at step 6/6: every one of the 6 updates was non-finite (NaN/inf) and skipped" in error_line(capsys)
     assert torch_load(run_dir / "checkpoints" / "last.pt")["position"] == 5
 
 
 def test_some_skipped_updates_still_finish(tmp_path):
     run_dir = named_run_dir(tmp_path / "run")
     run(Walk(skipped=5), run_dir, progress=False)
-    assert _status(run_dir) == "finished" and torch_load(run_dir / "checkpoints" / "last.pt")["position"] == 6
+    assert status(run_dir) == "finished" and torch_load(run_dir / "checkpoints" / "last.pt")["position"] == 6
 
 
 # -- the schedule and the end of a run ------------------------------------------------------------
