@@ -70,8 +70,8 @@ def load_spec(path: str | Path) -> SweepSpec:
         grid=_grid(data.get("grid"), where),
         entries=_entries(data.get("list"), where),
         seeds=_seeds(data.get("seeds"), where),
-        overrides=_mapping(data.get("overrides", {}) or {}, "overrides", where),
-        resources=_resources(data.get("resources", {}) or {}, where),
+        overrides=_mapping(_or_empty(data.get("overrides")), "overrides", where),
+        resources=_resources(_or_empty(data.get("resources")), where),
         max_retries=_count(data.get("max_retries", 1), "max_retries", where),
     )
 
@@ -106,6 +106,11 @@ def _key(key: Any, section: str, where: str) -> str:
     if not isinstance(key, str) or not DOTTED_KEY.fullmatch(key):
         raise UserError(f"{where}: {section}: {key!r} is not a config key; use dotted keys such as aggregator.name")
     return key
+
+
+def _or_empty(value: Any) -> Any:
+    """An absent or empty (``key:``) section is an empty mapping; any other value is checked as given."""
+    return {} if value is None else value
 
 
 def _mapping(value: Any, section: str, where: str) -> dict[str, Any]:

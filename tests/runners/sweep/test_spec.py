@@ -94,6 +94,8 @@ def test_every_key_is_read_into_the_spec_and_zero_is_allowed_where_the_bound_is_
         ({"grid": {"a.b": [1, 1]}}, "grid: a.b lists a value twice: [1, 1]"),
         ({"grid": {"a.b": 1}}, "grid: a.b must be a non-empty list of values, got 1"),
         ({"overrides": ["a.b=1"]}, "overrides must be a mapping of dotted config keys to values, got ['a.b=1']"),
+        ({"overrides": []}, "overrides must be a mapping of dotted config keys to values, got []"),
+        ({"resources": 0}, "resources must be a mapping with keys cpus and gpus, got 0"),
         ({"overrides": {"a..b": 1}}, "overrides: 'a..b' is not a config key"),
         ({"overrides": {"1a": 1}}, "overrides: '1a' is not a config key"),
         ({"seeds": [-1]}, "seeds must be a non-empty list of integers >= 0, got [-1]"),
