@@ -37,7 +37,8 @@ class HyperCleaningProblem:
         self.names = [f"dataset{i}" for i in range(self.data.m)]
         self.has_baselines = hc.baselines
         self.learning_rates = "hypercleaning.alpha_lr, hypercleaning.omega_lr, forum.inner_lr"
-        self.best_val2, self.best_test = -1.0, None
+        self.best_val2: float | None = None  # before the first evaluation
+        self.best_test = None
         self.layout_tags = {"success_tag": "test/accuracy"}  # test/accuracy/<dataset>
 
     @property
@@ -58,7 +59,7 @@ class HyperCleaningProblem:
         val2 = evaluate(self.cleaner.model, self.data.val2)
         test = evaluate(self.cleaner.model, self.data.test)
         score = float(val2["accuracy"].mean())
-        if score > self.best_val2:
+        if self.best_val2 is None or score > self.best_val2:
             self.best_val2 = score
             self.best_test = {k: v.clone() for k, v in test.items()}
         weights = self.cleaner.weight_stats()
@@ -66,8 +67,8 @@ class HyperCleaningProblem:
             "val2/accuracy": self._per_dataset(val2["accuracy"]),
             "test/accuracy": self._per_dataset(test["accuracy"]),
             "test/f1": self._per_dataset(test["f1"]),
-            "weights/weight_clean": weights["weight_clean"],
-            "weights/weight_corrupted": weights["weight_corrupted"],
+            "weights/weight_clean": float(weights["weight_clean"]),
+            "weights/weight_corrupted": float(weights["weight_corrupted"]),
             "headline": float(test["accuracy"].mean()),
         }
 
@@ -80,7 +81,8 @@ class HyperCleaningProblem:
                 f"{m['weights/weight_corrupted']:.3f}, q̃ {float(diag['q_tilde']):.3g}, ν {float(diag['nu']):.3g}")  # fmt: skip
 
     def final_metrics(self) -> dict[str, float]:
-        return _test_summary(self.best_test, self.names) | {"best_val2_accuracy": self.best_val2}
+        best = {} if self.best_val2 is None else {"best_val2_accuracy": self.best_val2}
+        return _test_summary(self.best_test, self.names) | best
 
     def baselines(self) -> dict[str, dict[str, float]]:
         from morl.agents.supervised.hypercleaning import train_plain
@@ -104,7 +106,9 @@ class HyperCleaningProblem:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.cleaner.load_state_dict(state["cleaner"])
         self.cleaner.gen.set_state(state["generator"])
-        self.best_val2, self.best_test = float(state["best_val2"]), state["best_test"]
+        best = state["best_val2"]
+        self.best_val2 = None if best is None or best < 0 else float(best)  # < 0: an older checkpoint's "none yet"
+        self.best_test = state["best_test"]
 
 
 def _test_summary(test: dict[str, torch.Tensor] | None, names: list[str]) -> dict[str, float]:

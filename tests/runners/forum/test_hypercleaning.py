@@ -86,3 +86,15 @@ def test_the_best_evaluation_survives_a_state_round_trip(monkeypatch):
     fresh.load_state_dict(state)
     assert fresh.best_val2 == 40.0 and fresh.final_metrics() == problem.final_metrics()
     assert fresh.final_metrics()["mean/accuracy"] == 40.0
+
+
+def test_before_any_evaluation_there_is_no_best_score_to_report(monkeypatch):
+    problem = _problem()
+    assert problem.final_metrics() == {}
+    fresh = _problem()
+    fresh.load_state_dict(problem.state_dict())
+    assert fresh.best_val2 is None
+    monkeypatch.setattr(hc_agent, "evaluate", lambda model, splits: {"accuracy": torch.tensor([0.0, 0.0]),
+                                                                     "f1": torch.tensor([0.0, 0.0])})  # fmt: skip
+    fresh.evaluate()  # an accuracy of 0 % is still the best so far
+    assert fresh.final_metrics()["best_val2_accuracy"] == 0.0 and fresh.final_metrics()["mean/accuracy"] == 0.0
