@@ -1,7 +1,7 @@
 """Train MORL-Baselines' CAPQL or its linear-scalarisation SAC and score their fronts as morl does.
 
 Runs in the MORL-Baselines environment (``make morl-baselines``: .venv-mob, requirements/
-morl_baselines.txt, morl installed there without dependencies), for the side by side with MORL-Baselines (docs/results/rl.md):
+morl_baselines.txt, morl installed there without dependencies), for the side by side with MORL-Baselines (docs/results/mo.md):
 
     .venv-mob/bin/python tools/morl_baselines_run.py --algo capql --env mo-hopper-v5 --seed 0 \\
         --out runs/morl_baselines/capql-mo-hopper-v5-s0
