@@ -120,7 +120,7 @@ class MOExperiment(SACExperiment):
         stats = self.s.stats
         out = {"step": self.s.step, "updates": self.s.updates, "eval/hv_best": stats.best_hv}
         out["train_seconds"] = dict(stats.train_seconds)  # MORL-Baselines' runs (tools/) write the same key
-        return {**out, **(self.s.stats.last_eval or {})}
+        return {**out, **(stats.last_eval or {})}
 
     def load_state_dict(self, state: dict[str, Any], *, for_evaluation: bool = False) -> None:
         """``morl resume`` and ``morl eval``: a checkpoint of another population is one line."""

@@ -13,14 +13,6 @@ from morl.runners.locks import acquire, release
 BUSY = "wait for it to finish or stop it first"
 
 
-def test_the_holder_writes_its_pid_into_the_lock_file(tmp_path):
-    handle = acquire(tmp_path / ".lock", "sweep 'grid'", BUSY)
-    try:
-        assert (tmp_path / ".lock").read_text() == f"{os.getpid()}\n"
-    finally:
-        release(handle)
-
-
 def test_a_second_holder_is_refused_with_one_line_naming_the_owner(tmp_path):
     # flock belongs to an open file: a second open, even in this process, is a second holder
     first = acquire(tmp_path / ".lock", "sweep 'grid'", BUSY)
@@ -50,8 +42,10 @@ def test_a_released_lock_is_free_for_the_next_holder(tmp_path):
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if it were still held
 
 
-def test_a_stale_lock_file_of_a_dead_process_blocks_no_one_and_gets_the_new_pid(tmp_path):
-    (tmp_path / ".lock").write_text("4242424\n")  # its process was killed: the file stayed, the lock went
+@pytest.mark.parametrize("before", [None, "4242424\n"])  # no file; a killed process's file (its lock went)
+def test_the_holder_writes_its_pid_over_any_stale_one(tmp_path, before):
+    if before is not None:
+        (tmp_path / ".lock").write_text(before)
     handle = acquire(tmp_path / ".lock", "sweep 'grid'", BUSY)
     try:
         assert (tmp_path / ".lock").read_text() == f"{os.getpid()}\n"
