@@ -16,10 +16,11 @@ Usage: python tools/mutate.py [MODULE ...] [--jobs N] [--list]   (MODULE: a key 
 import ast
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
+
+from morl.aggregators import REGISTRY
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ("morl/aggregators", "morl/solvers")
@@ -50,11 +51,7 @@ def imported_modules(path: str) -> set[str]:
 def build_modules() -> dict[str, tuple[list[str], list[str]]]:
     """key -> (files to mutate, test files and pytest options)."""
     core = sorted(str(p.relative_to(ROOT)) for d in CORE for p in (ROOT / d).glob("*.py") if p.name != "__init__.py")
-    registry = (ROOT / "morl/aggregators/__init__.py").read_text()
-    methods = {
-        f"morl/aggregators/{file}.py": name
-        for name, file in re.findall(r'"(\w+)": "morl\.aggregators\.(\w+):', registry)
-    }
+    methods = {f"morl/aggregators/{name}.py": name for name in REGISTRY}  # each module is named after its key
     suites = existing(sorted(p.relative_to(ROOT) for p in (ROOT / "tests/aggregators").glob("test_*.py")))
     cross = [t for t in suites if t not in map(mirror, methods)]
     imports = {path: imported_modules(path) for path in core}

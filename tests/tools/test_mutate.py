@@ -1,0 +1,28 @@
+"""tools/mutate.py picks, for each core file, the fast tests that cover it."""
+
+import importlib.util
+from pathlib import Path
+
+SPEC = importlib.util.spec_from_file_location("mutate", Path(__file__).resolve().parents[2] / "tools" / "mutate.py")
+tool = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(tool)
+
+
+def test_a_method_runs_its_mirror_and_its_rows_of_the_cross_method_suites():
+    files, tests = tool.MODULES["morl/aggregators/epo_al.py"]
+    assert files == ["morl/aggregators/epo_al.py"]
+    assert tests[0] == "tests/aggregators/test_epo_al.py"
+    assert tests[-2:] == ["-k", "epo_al"]
+    assert {"tests/aggregators/test_checks.py", "tests/aggregators/test_properties.py"} <= set(tests)
+    assert "tests/aggregators/test_cagrad.py" not in tests  # another method's mirror
+
+
+def test_a_solver_runs_the_mirrors_of_the_core_files_importing_it():
+    _, tests = tool.MODULES["morl/solvers/priority_qp.py"]
+    assert tests == ["tests/solvers/test_priority_qp.py", "tests/aggregators/test_pcd.py"]
+
+
+def test_every_core_file_is_a_module_with_tests():
+    core = {str(p.relative_to(tool.ROOT)) for d in tool.CORE for p in (tool.ROOT / d).glob("*.py")}
+    assert {p for p in core if not p.endswith("__init__.py")} <= set(tool.MODULES)
+    assert all(tests for _, tests in tool.MODULES.values())
