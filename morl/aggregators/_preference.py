@@ -14,7 +14,7 @@ def on_device(cache: dict, values, like: torch.Tensor) -> torch.Tensor:
 
 class PreferenceVector:
     """The option named ``_PREF``: K finite weights ≥ 0, not all 0 (> 0 each when ``strict``),
-    or None for the method's default (1/K or 1)."""
+    or None for 1/K each."""
 
     _PREF = "pref_vector"
 
@@ -34,11 +34,11 @@ class PreferenceVector:
         """Replace the preference, checked as at construction (the next call copies it to the device)."""
         self._init_preference(value, self._pref_strict)
 
-    def _preference(self, k: int, like: torch.Tensor, default: float | None = None) -> torch.Tensor:
-        """[K] preference in ``like``'s dtype and device; ``default`` None means 1/K."""
+    def _preference(self, k: int, like: torch.Tensor) -> torch.Tensor:
+        """[K] preference in ``like``'s dtype and device; None means 1/K each."""
         p = getattr(self, self._PREF)
         if p is None:
-            return torch.full((k,), 1.0 / k if default is None else default, dtype=like.dtype, device=like.device)
+            return torch.full((k,), 1.0 / k, dtype=like.dtype, device=like.device)
         if p.shape[0] != k:
             raise ValueError(f"{type(self).__name__} {self._PREF} has {p.shape[0]} entries but got K={k} objectives")
         return on_device(self._pref_on, p, like)

@@ -3,7 +3,7 @@ Networks", ICLR 2025, arXiv 2408.11104, eq. 2):
 
     u = normalise(U⁺ w),   d = (Σ_i g_i·u) u,
 
-U the unit rows g_i/‖g_i‖ (zero rows stay 0), w the preference (1 each). U⁺w = Uᵀ(UUᵀ)⁺w and
+U the unit rows g_i/‖g_i‖ (zero rows stay 0), w the preference (equal weights; its scale cancels). U⁺w = Uᵀ(UUᵀ)⁺w and
 UUᵀ = N⁻¹GN⁻¹ (N = diag‖g_i‖) is the equilibrated Gramian, so u = Jᵀβ/‖Jᵀβ‖ with
 β = N⁻¹(N⁻¹GN⁻¹)⁺w, and d = Jᵀβ · (1ᵀGβ)/(βᵀGβ): no unit-row [K, D] copy is made.
 """
@@ -34,7 +34,8 @@ def config_weights(gram: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 class ConFIG(PreferenceVector, GramianAggregator):
-    """Conflict-free inverse gradients. Option ``pref_vector`` (None: 1 each, as the paper and TorchJD)."""
+    """Conflict-free inverse gradients. Option ``pref_vector`` (None: equal weights, as the paper and
+    TorchJD; d does not depend on the scale of w)."""
 
     _REPR = ("pref_vector",)
 
@@ -43,4 +44,4 @@ class ConFIG(PreferenceVector, GramianAggregator):
         self._init_preference(pref_vector)
 
     def weights_from_gramian(self, gram: torch.Tensor) -> torch.Tensor:
-        return config_weights(gram, self._preference(gram.shape[-1], gram, 1.0)).to(gram.dtype)
+        return config_weights(gram, self._preference(gram.shape[-1], gram)).to(gram.dtype)

@@ -25,13 +25,14 @@ def test_config_matches_torchjd():
     assert _worst_against("config", {}, tj.ConFIG()) <= 1e-10
 
 
-def test_config_pref_vector_matches_torchjd():
+def test_config_pref_vector_matches_torchjd_and_its_scale_cancels():
     p = torch.tensor([0.5, 1.0, 2.0, 0.1, 1.5, 0.7], dtype=torch.float64)
     for seed in SEEDS:
         j = _jacobian(seed, 6, 15, 6)
-        assert (build("config", pref_vector=p.tolist())(j) - tj.ConFIG(pref_vector=p)(j)).norm() <= 5e-11 * j.norm(
-            dim=1
-        ).max()
+        tol = 5e-11 * j.norm(dim=1).max()
+        assert (build("config", pref_vector=p.tolist())(j) - tj.ConFIG(pref_vector=p)(j)).norm() <= tol
+        assert (build("config", pref_vector=(7 * p).tolist())(j) - tj.ConFIG(pref_vector=p)(j)).norm() <= tol
+        assert (build("config")(j) - tj.ConFIG(pref_vector=torch.ones(6, dtype=torch.float64))(j)).norm() <= tol
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
