@@ -53,7 +53,8 @@ def build_modules() -> dict[str, tuple[list[str], list[str]]]:
     core = sorted(str(p.relative_to(ROOT)) for d in CORE for p in (ROOT / d).glob("*.py") if p.name != "__init__.py")
     methods = {f"morl/aggregators/{name}.py": name for name in REGISTRY}  # each module is named after its key
     suites = existing(sorted(p.relative_to(ROOT) for p in (ROOT / "tests/aggregators").glob("test_*.py")))
-    cross = [t for t in suites if t not in map(mirror, methods)]
+    # Dynamo cannot trace mutmut's trampolines (they read a ContextVar): the compile suite stays out
+    cross = [t for t in suites if t not in map(mirror, methods) and t != "tests/aggregators/test_update_compiles.py"]
     imports = {path: imported_modules(path) for path in core}
     modules = {}
     for path in core:
