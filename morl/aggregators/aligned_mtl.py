@@ -31,16 +31,15 @@ def balance_transformation(gram: torch.Tensor, scale_mode: str = "min") -> torch
 
 
 def _scale(kept: torch.Tensor, keep: torch.Tensor, mode: str) -> torch.Tensor:
-    """[..., 1]: the smallest, (lower) median or mean of the kept eigenvalues (+inf = dropped)."""
+    """[..., 1]: the smallest, (lower) median or mean of the kept eigenvalues (+inf = dropped);
+    with none kept, B = I replaces whatever it gives."""
     rank = keep.sum(-1, keepdim=True)
     ordered = kept.sort(-1).values  # kept ascending, dropped (+inf) last
     if mode == "min":
-        out = ordered[..., :1]
-    elif mode == "median":  # torch.median's lower median of the kept ones
-        out = ordered.gather(-1, ((rank - 1) // 2).clamp_min(0))
-    else:
-        out = torch.where(keep, kept, 0.0).sum(-1, keepdim=True) / rank.clamp_min(1)
-    return torch.where(rank > 0, out, 1.0)
+        return ordered[..., :1]
+    if mode == "median":  # torch.median's lower median of the kept ones
+        return ordered.gather(-1, ((rank - 1) // 2).clamp_min(0))
+    return torch.where(keep, kept, 0.0).sum(-1, keepdim=True) / rank.clamp_min(1)
 
 
 class AlignedMTL(PreferenceVector, GramianAggregator):

@@ -5,7 +5,9 @@ Networks", ICLR 2025, arXiv 2408.11104, eq. 2):
 
 U the unit rows g_i/‖g_i‖ (zero rows stay 0), w the preference (equal weights; its scale cancels). U⁺w = Uᵀ(UUᵀ)⁺w and
 UUᵀ = N⁻¹GN⁻¹ (N = diag‖g_i‖) is the equilibrated Gramian, so u = Jᵀβ/‖Jᵀβ‖ with
-β = N⁻¹(N⁻¹GN⁻¹)⁺w, and d = Jᵀβ · (1ᵀGβ)/(βᵀGβ): no unit-row [K, D] copy is made.
+β = N⁻¹(N⁻¹GN⁻¹)⁺w, and d = Jᵀβ · (1ᵀGβ)/(βᵀGβ): no unit-row [K, D] copy is made. Where
+U⁺w = 0 (w has no part in the unit rows' span, e.g. two opposite rows) no direction has equal
+cosines with every row and d = 0, the limit of nearly opposite rows.
 """
 
 import torch
@@ -24,11 +26,16 @@ def config_weights(gram: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     nonzero = diag > ZERO_ROW
     inv_norm = torch.where(nonzero, diag.clamp_min(ZERO_ROW).rsqrt(), 0.0)
     units = g * inv_norm.unsqueeze(-1) * inv_norm.unsqueeze(-2)  # UUᵀ, zero rows stay 0
-    pinv = torch.linalg.pinv(units, rtol=k * torch.finfo(gram.dtype).eps, hermitian=True)
-    beta = (pinv @ w.to(g).unsqueeze(-1)).squeeze(-1) * inv_norm
+    eps = torch.finfo(gram.dtype).eps
+    pinv = torch.linalg.pinv(units, rtol=k * eps, hermitian=True)
+    w = w.to(g)
+    pw = (pinv @ w.unsqueeze(-1)).squeeze(-1)
+    beta = pw * inv_norm
     g_beta = (g @ beta.unsqueeze(-1)).squeeze(-1)
     length2 = (beta * g_beta).sum(-1, keepdim=True)  # ‖Jᵀβ‖²
-    ok = length2 > 0
+    # ‖U⁺w‖² = wᵀ(UUᵀ)⁺w: w (nearly) orthogonal to the unit rows' span has no direction (e.g. g₂ = −c·g₁)
+    spanned = (w * pw).sum(-1, keepdim=True) > k * eps * (w * w).sum(-1, keepdim=True)
+    ok = (length2 > 0) & spanned
     safe = torch.where(ok, length2, 1.0)
     return torch.where(ok, beta * g_beta.sum(-1, keepdim=True) / safe, 0.0)
 

@@ -36,6 +36,25 @@ def test_config_pref_vector_matches_torchjd_and_its_scale_cancels():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_config_of_opposite_rows_is_zero_the_limit_of_nearly_opposite_ones(dtype):
+    """g₂ = −c·g₁: no direction has equal cosines with both, U⁺w = 0 (TorchJD returns its rounding,
+    ≤ 1e-7·‖g‖). With g₂ turned by ε out of line, the equal-cosine direction is nearly ⟂ g₁ and
+    d = O(ε): the zero is the limit."""
+    g1 = torch.tensor([3.0, -1.0, 2.0, 0.5, 1.0], dtype=torch.float64)
+    for c in (0.5, 1.0, 3.0):
+        j = torch.stack([g1, -c * g1]).to(dtype)
+        assert torch.equal(build("config")(j), torch.zeros(5, dtype=dtype))
+        assert tj.ConFIG()(j.double()).norm() <= 1e-7 * g1.norm() * max(c, 1.0)
+    v = torch.tensor([1.0, 3.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    v = v - (v @ g1) / (g1 @ g1) * g1
+    for eps in (1e-2, 1e-4):
+        j = torch.stack([g1, -2.0 * g1 + eps * v])
+        d = build("config")(j)
+        torch.testing.assert_close(d, tj.ConFIG()(j), rtol=0, atol=1e-9)
+        assert d.norm() <= 10 * eps * v.norm()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_config_hand_computed_values(dtype):
     """The unit rows have equal projections on u = (u1 + u2)/‖u1 + u2‖; Σ g_i·u u = ½(√18 + √38)(u1 + u2)."""
     expected = 0.5 * (R18 + R38) * torch.tensor([1 / R18, 1 / R38], dtype=torch.float64)
