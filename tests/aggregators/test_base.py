@@ -11,7 +11,9 @@ import torch
 from aggregator_cases import CASES, all_configs
 from jacobians import controlled
 
-from morl.aggregators import Aggregator, available, build
+from morl.aggregators import Aggregator, GramianAggregator, available, build
+from morl.solvers.gramian import gramian
+from morl.solvers.min_norm import min_norm_solve
 
 CONFIGS = all_configs()
 IDS = [f"{n}{'-' + '-'.join(f'{k}={v}' for k, v in o.items()) if o else ''}" for n, o, _ in CONFIGS]
@@ -303,3 +305,96 @@ def test_learner_flags_have_their_defaults():
     mgda, mean = build("mgda"), build("mean")
     assert mgda.needs_grads and not mgda.needs_losses and not mgda.needs_losses_after_step
     assert not mean.needs_grads and not mean.needs_losses and not mean.needs_losses_after_step
+
+
+# -- part 3: state, counters and the Gramian route, against hand values -------------------------------
+def test_state_starts_at_its_initial_value_and_carries_across_calls_and_dtypes():
+    """EPO-AL's dual p (uniform start 1/K): weights = max(p, 0) + η c, p ← p + μ c with
+    c = r∘(r∘l − mean(r∘l)) (r = 1/K); the second call, in float32, reads p in float32."""
+    losses = [torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64), torch.tensor([3.0, 1.0, 2.0], dtype=torch.float64)]
+    agg, p = build("epo_al"), torch.full((3,), 1 / 3, dtype=torch.float64)
+    for i, (lo, dtype) in enumerate(zip(losses, (torch.float64, torch.float32))):
+        c = (lo - lo.mean()) / 9  # r = 1/3 each
+        out = agg(torch.eye(3, dtype=dtype), lo.to(dtype))
+        assert out.dtype == dtype
+        torch.testing.assert_close(out.double(), p.clamp(min=0) + 10.0 * c, rtol=1e-6, atol=1e-12 + 1e-7 * i)
+        p = p + 0.1 * c
+    assert agg.p.dtype == torch.float32  # the state follows the call's dtype
+    torch.testing.assert_close(agg.p.double(), p, rtol=1e-6, atol=1e-7)
+
+
+def test_a_uniform_state_restored_by_skip_is_one_over_k():
+    bad = torch.ones(4, 5, dtype=torch.float64)
+    bad[1, 1] = float("nan")
+    agg = build("epo_al", check_finite="skip")
+    agg(bad, torch.ones(4, dtype=torch.float64))
+    assert torch.equal(agg.p, torch.full((4,), 0.25, dtype=torch.float64))
+
+
+def test_not_converged_counts_each_stopped_solve_and_no_converged_one():
+    """MGDA on FINITE converges (0); one Wolfe round on a 4×3 J does not (its KKT gap stays): +1 per call."""
+    agg = build("mgda", max_iter=1)
+    agg(FINITE)
+    assert agg.stats["not_converged"].dtype == torch.int64 and agg.stats["not_converged"].item() == 0
+    j = torch.randn(4, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    _, converged = min_norm_solve(gramian(j) / gramian(j).diagonal().max(), max_iter=1, eps_2=0.0)
+    assert not bool(converged)
+    agg(j)
+    agg(j)
+    assert agg.stats["not_converged"].item() == 2
+
+
+def test_reset_removes_every_buffer():
+    agg = build("moco", base="epo_al")
+    agg(FINITE, torch.tensor([0.3, 1.2], dtype=torch.float64))
+    assert len(list(agg.named_buffers())) > 2
+    agg.reset()
+    assert list(agg.named_buffers()) == []
+
+
+def test_repr_shows_the_options_floats_short_and_preferences_as_lists():
+    assert repr(build("cagrad", c=0.25)) == "CAGrad(c=0.25, rescale=1)"
+    assert repr(build("epo_al", preference=[1, 2.5])) == (
+        "EPOAL(preference=[1.0, 2.5], eta=10, mu=0.1, dual_init='uniform')"
+    )
+
+
+class _Unit(GramianAggregator):
+    """Weights 1 each in float64 whatever the input; records the Gramian it is given."""
+
+    def weights_from_gramian(self, gram):
+        self.seen = gram
+        return torch.ones(gram.shape[-1], dtype=torch.float64)
+
+
+class _InUnits(_Unit):
+    gramian_in_units = True
+
+
+def test_a_gramian_method_sees_g_over_its_largest_diagonal_unless_in_units():
+    """G = [[1.25, 1], [1, 5]] for FINITE: divided by 5, or as is; weights come back in the rows' dtype."""
+    g = torch.tensor([[1.25, 1.0], [1.0, 5.0]], dtype=torch.float64)
+    for cls, expected in ((_Unit, g / 5), (_InUnits, g)):
+        agg = cls()
+        out = agg(FINITE.float())
+        torch.testing.assert_close(agg.seen.double(), expected, rtol=1e-6, atol=0)
+        assert agg.weights.dtype == torch.float32 and torch.equal(out, FINITE.float().sum(0))
+
+
+def test_gramian_weights_follow_forward_without_the_rows():
+    """From G alone: the weights forward applies, the same checks (NaN in G_kk names objective k;
+    "skip" returns 0 weights and counts), and a non-square G is refused."""
+    g = torch.tensor([[1.25, 1.0], [1.0, 5.0]], dtype=torch.float64)
+    torch.testing.assert_close(build("mgda").gramian_weights(g), build("mgda")(FINITE) @ torch.linalg.pinv(FINITE))
+    agg = _InUnits()
+    assert torch.equal(agg.gramian_weights(g), torch.ones(2, dtype=torch.float64)) and torch.equal(agg.seen, g)
+    bad = g.clone()
+    bad[1, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"objective 1 has a non-finite \(NaN/inf\) gradient"):
+        _Unit().gramian_weights(bad)
+    skip = _Unit(check_finite="skip")
+    assert torch.equal(skip.gramian_weights(bad), torch.zeros(2, dtype=torch.float64))
+    assert skip.stats["nonfinite_steps"].item() == 1
+    assert torch.equal(_Unit(check_finite="off").gramian_weights(g), torch.ones(2, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"gram must be a square \[K, K\] tensor, got torch.Size\(\[2, 3\]\)"):
+        _Unit().gramian_weights(torch.ones(2, 3))
