@@ -134,7 +134,10 @@ def main(argv: list[str]) -> int:
         i = argv.index("--jobs")
         jobs, argv = argv[i + 1], argv[:i] + argv[i + 2 :]
     wanted = [m.rstrip("/") for m in argv if m != "--list"]
-    modules = [m for m in MODULES if not wanted or any(m == w or m.startswith(w + "/") for w in wanted)]
+    # in the order asked for (each prefix's modules in MODULES' order)
+    modules = list(
+        dict.fromkeys(m for w in wanted or [""] for m in MODULES if not w or m == w or m.startswith(w + "/"))
+    )
     if not modules:
         print(f"mutate: no module matches {wanted}; choose from {', '.join(MODULES)}", file=sys.stderr)
         return 2
