@@ -112,13 +112,15 @@ lock:
 	@git diff --stat -- $(LOCK) 2>/dev/null || true
 
 # Mutation testing of the numerical core (docs/testing.md): `make mutate`, or one module with
-# `make mutate MODULE=morl/solvers` (the modules and their fast tests: tools/mutate.py).
-# Results accumulate in mutants/; the score table is printed at the end.
-MODULE      ?=
-MUTATE_JOBS ?= 2
+# `make mutate MODULE=morl/solvers` (the modules and their fast tests: tools/mutate.py);
+# MUTATE_SAMPLE=N runs N random mutants per module. Results accumulate in mutants/; the score
+# table is printed at the end.
+MODULE        ?=
+MUTATE_JOBS   ?= 2
+MUTATE_SAMPLE ?= 0
 MUTMUT      := mutmut==3.8.1
 .PHONY: mutate
 mutate: $(STAMP)
 	@$(BIN)/python -c 'import mutmut' 2>/dev/null || $(BIN)/python -m pip install -q "$(MUTMUT)"
-	$(BIN)/python tools/mutate.py $(MODULE) --jobs $(MUTATE_JOBS)
+	$(BIN)/python tools/mutate.py $(MODULE) --jobs $(MUTATE_JOBS) --sample $(MUTATE_SAMPLE)
 	@$(BIN)/python tools/mutation_score.py $(MODULE)

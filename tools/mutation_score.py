@@ -4,12 +4,13 @@
 Usage: python tools/mutation_score.py [MODULE] [--survivors]
 MODULE is a key of tools/mutate.py's MODULES or a path prefix (morl/solvers); --survivors also
 lists the surviving mutants (inspect one with `mutmut show NAME` inside mutants/<module>/).
-score = killed / (killed + survived): mutants with no covering test or not yet run are
-counted apart (columns 'no test' and 'other': not run yet, or suspicious), so a partial
-run does not read as a high score.
+score = killed / (killed + survived + no test): a mutant no selected test reaches is not caught
+either. Mutants not run (a sampled run, an unfinished one) or with another verdict are counted
+apart ('not run'). The last row pools the modules, with a 95 % Wilson interval for a sampled run.
 """
 
 import json
+import math
 import sys
 
 from mutate import MODULES, scratch_dir, scratch_path
@@ -41,6 +42,7 @@ def collect(prefix: str) -> dict:
                     row["names"].append(name)
                 elif code in NO_TESTS:  # no selected test reaches the mutated function
                     row["no test"] += 1
+                    row["names"].append(name)
                 else:  # not run yet, or suspicious
                     row["other"] += 1
     return rows
@@ -52,18 +54,31 @@ def main(argv: list[str]) -> int:
     if not rows:
         print(f"no mutmut results under mutants/ for {prefix or 'any module'}: run `make mutate` first")
         return 1
+    total = {k: sum(r[k] for r in rows.values()) for k in ("mutants", "killed", "survived", "no test", "other")}
     width = max(len("module"), *map(len, rows))
-    print(f"{'module':<{width}} {'mutants':>7} {'killed':>6} {'survived':>8} {'no test':>7} {'other':>5} {'score':>6}")
-    for module, r in rows.items():
-        tried = r["killed"] + r["survived"]
+    print(
+        f"{'module':<{width}} {'mutants':>7} {'killed':>6} {'survived':>8} {'no test':>7} {'not run':>7} {'score':>6}"
+    )
+    for module, r in [*rows.items(), ("all", {**total, "names": []})]:
+        tried = r["killed"] + r["survived"] + r["no test"]
         score = f"{100 * r['killed'] / tried:5.1f}%" if tried else "   n/a"
+        if module == "all" and tried:
+            low, high = wilson(r["killed"], tried)
+            score += f" [{100 * low:.1f}, {100 * high:.1f}]"
         print(
-            f"{module:<{width}} {r['mutants']:>7} {r['killed']:>6} {r['survived']:>8} {r['no test']:>7} {r['other']:>5} {score:>6}"
+            f"{module:<{width}} {r['mutants']:>7} {r['killed']:>6} {r['survived']:>8} {r['no test']:>7} {r['other']:>7} {score}"
         )
         if "--survivors" in argv:
             for name in sorted(r["names"]):
-                print(f"    survived: {name}")
+                print(f"    not killed: {name}")
     return 0
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a proportion k / n."""
+    p, z2 = k / n, z * z
+    centre, half = (p + z2 / (2 * n)) / (1 + z2 / n), z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return centre - half, centre + half
 
 
 if __name__ == "__main__":

@@ -27,3 +27,14 @@ def test_every_core_file_is_a_module_with_tests():
     core = {str(p.relative_to(tool.ROOT)) for d in tool.CORE for p in (tool.ROOT / d).glob("*.py")}
     assert {p for p in core if not p.endswith("__init__.py")} <= set(tool.MODULES)
     assert all(tests for _, tests in tool.MODULES.values())
+
+
+def test_a_sample_is_the_same_draw_each_run_less_the_mutants_with_a_verdict(monkeypatch):
+    codes = {f"m.f__mutmut_{i}": None for i in range(1, 41)}
+    monkeypatch.setattr(tool, "results", lambda module: codes)
+    first = tool.sample("morl/solvers/simplex.py", 10)
+    assert len(first) == 10 and set(first) <= set(codes)
+    assert tool.sample("morl/solvers/simplex.py", 10) == first
+    codes[first[0]], codes[first[1]] = 1, 0  # killed, survived
+    assert tool.sample("morl/solvers/simplex.py", 10) == first[2:]
+    assert sorted(tool.sample("morl/solvers/simplex.py", 100)) == sorted(k for k, v in codes.items() if v is None)
