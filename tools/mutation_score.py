@@ -6,7 +6,9 @@ MODULE is a key of tools/mutate.py's MODULES or a path prefix (morl/solvers); --
 lists the surviving mutants (inspect one with `mutmut show NAME` inside mutants/<module>/).
 score = killed / (killed + survived + no test): a mutant no selected test reaches is not caught
 either. Mutants not run (a sampled run, an unfinished one) or with another verdict are counted
-apart ('not run'). The last row pools the modules, with a 95 % Wilson interval for a sampled run.
+apart ('not run'). The last row is the whole core's score: each module's score weighted by its
+number of mutants, with a 95 % interval where modules were sampled (stratified, finite-population
+corrected; 0 wide for a full run).
 """
 
 import json
@@ -59,26 +61,32 @@ def main(argv: list[str]) -> int:
     print(
         f"{'module':<{width}} {'mutants':>7} {'killed':>6} {'survived':>8} {'no test':>7} {'not run':>7} {'score':>6}"
     )
-    for module, r in [*rows.items(), ("all", {**total, "names": []})]:
+    for module, r in rows.items():
         tried = r["killed"] + r["survived"] + r["no test"]
         score = f"{100 * r['killed'] / tried:5.1f}%" if tried else "   n/a"
-        if module == "all" and tried:
-            low, high = wilson(r["killed"], tried)
-            score += f" [{100 * low:.1f}, {100 * high:.1f}]"
         print(
             f"{module:<{width}} {r['mutants']:>7} {r['killed']:>6} {r['survived']:>8} {r['no test']:>7} {r['other']:>7} {score}"
         )
         if "--survivors" in argv:
             for name in sorted(r["names"]):
                 print(f"    not killed: {name}")
+    mean, half = stratified(list(rows.values()))
+    print(
+        f"{'all':<{width}} {total['mutants']:>7} {total['killed']:>6} {total['survived']:>8} {total['no test']:>7} "
+        f"{total['other']:>7} {100 * mean:5.1f}% ± {100 * half:.1f}"
+    )
     return 0
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95 % Wilson score interval of a proportion k / n."""
-    p, z2 = k / n, z * z
-    centre, half = (p + z2 / (2 * n)) / (1 + z2 / n), z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
-    return centre - half, centre + half
+def stratified(rows: list[dict]) -> tuple[float, float]:
+    """The share of all mutants killed, estimated from each module's tried ones (weights: the
+    modules' mutant counts), and the half-width of its 95 % normal interval."""
+    strata = [(r["mutants"], r["killed"], r["killed"] + r["survived"] + r["no test"]) for r in rows]
+    strata = [(size, killed / n, n) for size, killed, n in strata if n]
+    total = sum(size for size, _, _ in strata)
+    mean = sum(size * p for size, p, _ in strata) / total
+    var = sum((size / total) ** 2 * p * (1 - p) / n * (1 - n / size) for size, p, n in strata)
+    return mean, 1.96 * math.sqrt(var)
 
 
 if __name__ == "__main__":
