@@ -398,3 +398,12 @@ def test_gramian_weights_follow_forward_without_the_rows():
     assert torch.equal(_Unit(check_finite="off").gramian_weights(g), torch.ones(2, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"gram must be a square \[K, K\] tensor, got torch.Size\(\[2, 3\]\)"):
         _Unit().gramian_weights(torch.ones(2, 3))
+
+
+def test_step_weights_are_a_calls_weights_without_the_direction():
+    """What CR-MOGM reads from its base: Mean's 1/K, and EPO-AL's weights with its dual stepped as by a call."""
+    assert torch.equal(build("mean")._step_weights(FINITE, None), torch.full((2,), 0.5, dtype=torch.float64))
+    losses = torch.tensor([1.0, 3.0], dtype=torch.float64)
+    agg, call = build("epo_al"), build("epo_al")
+    assert torch.equal(agg._step_weights(FINITE, losses), (call(FINITE, losses), call.weights)[1])
+    assert torch.equal(agg.p, call.p) and not torch.equal(agg.p, torch.full((2,), 0.5, dtype=torch.float64))
