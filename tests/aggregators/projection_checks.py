@@ -71,7 +71,7 @@ def _check_zero_rows(name, factor, dtype):
 
 
 def _check_batch_and_scale(agg, at_zero, k=5):
-    """[4, K, K]: full rank, rank 2, all zero, one NaN entry; each member as alone (the bad one
+    """[4, K, K] (and [2, 2, K, K]): full rank, rank 2, all zero, one NaN entry; each member as alone (the bad one
     gives the zero-Gramian answer), and G·1e±24 gives G's weights (direct calls need no
     normalisation); float32 in, float32 out."""
     full, low = _gram(0, k, k), _gram(100, k, 2)
@@ -79,6 +79,10 @@ def _check_batch_and_scale(agg, at_zero, k=5):
     nan[1, 2] = float("nan")
     out = agg.weights_from_gramian(torch.stack([full, low, torch.zeros(k, k, dtype=torch.float64), nan]))
     assert out.shape == (4, k)
+    nested = agg.weights_from_gramian(
+        torch.stack([full, low, torch.zeros(k, k, dtype=torch.float64), nan]).view(2, 2, k, k)
+    )
+    torch.testing.assert_close(nested, out.view(2, 2, k), rtol=0, atol=0)  # any number of batch dimensions
     for i, g in enumerate((full, low)):
         torch.testing.assert_close(out[i], agg.weights_from_gramian(g / g.diagonal().max()), rtol=0, atol=1e-10)
     for i in (2, 3):

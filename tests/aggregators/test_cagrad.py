@@ -487,3 +487,18 @@ def test_not_converged_counts_solves_stopped_early(gen):
     for j in mats:
         starved(j)
     assert starved.stats["not_converged"].dtype == torch.int64 and starved.stats["not_converged"].item() == 3
+
+
+def test_a_warm_start_begins_the_iterative_solve_at_the_previous_dual_solution():
+    """K = 12 (> ENUMERATE_MAX_K): one solver round on a second Jacobian from the first call's w*
+    is the solver's round from that point, not the cold start's (0.13 apart in the weights)."""
+    gen = torch.Generator().manual_seed(1)
+    ja, jb = (torch.randn(12, 30, generator=gen, dtype=torch.float64) for _ in range(2))
+    warm, cold = morl.build("cagrad", warm_start=True, max_iter=1), morl.build("cagrad", max_iter=1)
+    warm(ja)
+    w_a = warm.w_prev.clone()
+    warm(jb), cold(jb)
+    g = gramian(jb) / gramian(jb).diagonal().max()
+    from_a = cagrad_dual_solve(g, 0.5, max_iter=1, init=w_a)[0] / (1 + 0.5**2)
+    torch.testing.assert_close(warm.weights, from_a, rtol=0, atol=1e-12)
+    assert (warm.weights - cold.weights).abs().max() > 0.05

@@ -41,9 +41,10 @@ def test_config_of_opposite_rows_is_zero_the_limit_of_nearly_opposite_ones(dtype
     ≤ 1e-7·‖g‖). With g₂ turned by ε out of line, the equal-cosine direction is nearly ⟂ g₁ and
     d = O(ε): the zero is the limit."""
     g1 = torch.tensor([3.0, -1.0, 2.0, 0.5, 1.0], dtype=torch.float64)
-    for c in (0.5, 1.0, 3.0):
+    for c in (0.5, 1.0, 3.0, 367 * 0.0371):  # the last: wᵀ(UUᵀ)⁺w rounds to +2.9e-17·‖w‖², not 0
         j = torch.stack([g1, -c * g1]).to(dtype)
         assert torch.equal(build("config")(j), torch.zeros(5, dtype=dtype))
+        assert torch.equal(build("config", pref_vector=[1e6, 1e6])(j), torch.zeros(5, dtype=dtype))  # w's scale
         assert tj.ConFIG()(j.double()).norm() <= 1e-7 * g1.norm() * max(c, 1.0)
     v = torch.tensor([1.0, 3.0, 0.0, 0.0, 0.0], dtype=torch.float64)
     v = v - (v @ g1) / (g1 @ g1) * g1
