@@ -131,6 +131,8 @@ def test_options_and_state():
             build("cr_mogm", **bad)
     agg = build("cr_mogm", base="pcgrad")
     agg(torch.randn(3, 5))
+    agg(torch.randn(3, 5))
+    assert agg.calls.dtype == torch.int64 and int(agg.calls) == 2  # a counter in checkpoints
     with pytest.raises(
         ValueError,
         match=r"^CRMOGM: state 'lam' has shape \(3,\) but this call needs \(4,\) \(K changed\?\); call reset\(\) first$",

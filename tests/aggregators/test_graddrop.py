@@ -121,6 +121,11 @@ def test_one_sign_columns_are_kept_and_zero_columns_stay_zero():
         torch.testing.assert_close(build("graddrop", seed=seed, reduction="sum")(j), torch.tensor([3.0, -4.0, 0.0]))
 
 
+def test_repr_shows_one_leak_as_a_number_and_per_row_leaks_as_a_list():
+    assert repr(build("graddrop", leak=0.2)) == "GradDrop(leak=0.2, seed=0, reduction='mean')"
+    assert repr(build("graddrop", leak=[0.1, 0.3], seed=4)) == "GradDrop(leak=[0.1, 0.3], seed=4, reduction='mean')"
+
+
 def test_bad_options_are_refused_and_the_generator_state_is_saved():
     for bad in ({"leak": 1.5}, {"leak": [0.1, -0.1]}, {"leak": True}, {"seed": -1}, {"reduction": "max"}):
         with pytest.raises(ValueError, match="GradDrop option"):
