@@ -12,6 +12,7 @@ from jacobians import cases, jacobians
 import morl
 from morl.aggregators import build
 from morl.solvers import min_norm_gap
+from morl.solvers.min_norm import min_norm_solve
 
 DTYPES = (torch.float32, torch.float64)
 REL_TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
@@ -152,3 +153,18 @@ def test_options_reach_the_min_norm_solver(monkeypatch):
     j = torch.randn(4, 9, generator=gen, dtype=torch.float64)
     morl.build("mgda", max_iter=37, tol=1e-5)(j)
     assert seen == {"max_iter": 37, "tol": 1e-5, "eps_2": 0.0}
+
+
+def test_a_warm_start_begins_at_the_previous_solution():
+    """Orthogonal rows of norms 1, 1, 10: λ ∝ 1/‖g_k‖² = (1, 1, 0.01)/2.01. One Wolfe round on a
+    second Jacobian from there is the solver's round from that λ, not the cold start's."""
+    ja = torch.diag(torch.tensor([1.0, 1.0, 10.0], dtype=torch.float64))
+    jb = torch.randn(3, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    warm, cold = build("mgda", warm_start=True, max_iter=1), build("mgda", max_iter=1)
+    warm(ja)
+    lam_a = torch.tensor([1.0, 1.0, 0.01], dtype=torch.float64) / 2.01
+    torch.testing.assert_close(warm.weights, lam_a, rtol=0, atol=1e-12)
+    warm(jb), cold(jb)
+    from_a = min_norm_solve(jb @ jb.T, max_iter=1, init=lam_a, eps_2=0.0)[0]
+    torch.testing.assert_close(warm.weights, from_a, rtol=0, atol=1e-12)
+    assert (warm.weights - cold.weights).abs().max() > 1e-3
