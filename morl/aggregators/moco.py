@@ -130,8 +130,7 @@ class MoCo(CallCounters, Aggregator):
     def step_sizes(self) -> tuple[float, float]:
         """(β_k, γ_k) for the current counter, as Python floats (no device traffic)."""
         t = self.k + self.k0
-        beta = self.beta0 / t**self.beta_pow if self.beta_pow else self.beta0
-        gamma = self.gamma0 / t**self.gamma_pow if self.gamma_pow else self.gamma0
+        beta, gamma = self.beta0 / t**self.beta_pow, self.gamma0 / t**self.gamma_pow
         return (min(beta, 1.0) if self.beta_clip else beta), gamma
 
     def next_epoch(self) -> None:
@@ -171,7 +170,7 @@ class MoCo(CallCounters, Aggregator):
         if self.lambda_gram == "normalized":
             gram = gram / gram_scale(gram)
         if self.lambda_map == "exact":
-            lam, converged = min_norm_solve(gram, rho=self.rho, max_iter=100, tol=1e-8)
+            lam, converged = min_norm_solve(gram, rho=self.rho)
             self._count_not_converged(converged)
             return lam
         v = self.lam - (gamma * self.lam_grad_scale) * (gram @ self.lam + self.rho * self.lam)

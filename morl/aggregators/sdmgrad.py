@@ -18,9 +18,8 @@ def sdmgrad_steps(
     """``n_steps`` projected heavy-ball steps on ½ wᵀAw + (λ/K) wᵀA1 (torch SGD's momentum rule)."""
     shift = lam * torch.full_like(w, 1.0 / w.shape[-1])
     velocity = torch.zeros_like(w)
-    for step in range(n_steps):
-        grad = a @ (w + shift)
-        velocity = grad if step == 0 else momentum * velocity + grad
+    for _ in range(n_steps):
+        velocity = momentum * velocity + a @ (w + shift)
         w = project_simplex(w - lr * velocity)
     return w
 

@@ -119,6 +119,8 @@ OUT_OF_RANGE = [
     ("pcd", {"beta": 1.0}, r"PCD option beta=1.0 is not valid; allowed: a number in \[0, 1\)"),
     ("pcd", {"eps": -1.0}, r"PCD option eps=-1.0 is not valid"),
     ("pcd", {"max_iter": 0}, r"PCD option max_iter=0 is not valid"),
+    ("sdmgrad", {"momentum": 1.0}, r"SDMGrad option momentum=1.0 is not valid; allowed: a number in \[0, 1\)"),
+    ("sdmgrad", {"n_steps": 0}, r"SDMGrad option n_steps=0 is not valid; allowed: a finite int >= 1"),
 ]
 
 

@@ -6,6 +6,8 @@ scale, so ``reg_eps=1e-4`` reproduces TorchJD's default; TorchJD's ``norm_eps`` 
 tr(G) < 1e-4, absolute) is not mapped: morl is scale-free, so TorchJD runs with norm_eps = 0.
 """
 
+import warnings
+
 import pytest
 import torch
 import torchjd.aggregation as tj
@@ -13,6 +15,7 @@ from torchjd._linalg import QuadprogProjector
 
 from morl.aggregators import build
 from morl.aggregators import upgrad as upgrad_module
+from morl.solvers import dual_cone as dc
 
 # (K, D, rank): full rank, rank-deficient, K > D, and K up to 50 (the iterative QP solver)
 SHAPES = [(2, 5, 2), (3, 10, 3), (5, 20, 2), (8, 6, 6), (10, 40, 10), (20, 60, 20), (30, 20, 20), (50, 60, 25)]
@@ -144,3 +147,22 @@ def test_upgrad_weights_of_a_batch_of_gramians_use_each_members_own_trace(k):
         alone = build("upgrad", reg_eps=1e-2).weights_from_gramian(gram)
         assert (batched[member] - alone).abs().max() <= 1e-12 * alone.abs().max(), member
     assert build("upgrad").weights_from_gramian(grams[0].float()).dtype == torch.float32
+
+
+@pytest.mark.parametrize("name, k, rhs", [("upgrad", 12, 12), ("dualproj", 12, 1)])
+def test_a_call_that_may_take_over_five_seconds_warns_once(name, k, rhs, monkeypatch):
+    """The first call whose cost estimate (K/2 active-set steps of B masked K×K solves, B
+    right-hand sides) exceeds ~5 s warns, naming the method, K and the expected seconds; later
+    calls do not. STEP_SECONDS is raised so K = 12 estimates 1.5 to 9 s; at the real one K = 12
+    is silent."""
+    j = torch.randn(k, 20, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build(name)(j)
+    monkeypatch.setattr(dc, "STEP_SECONDS", 1.5 / (rhs * k**3))
+    agg = build(name)
+    owner = {"upgrad": "UPGrad", "dualproj": "DualProj"}[name]
+    with pytest.warns(UserWarning, match=rf"^{owner} with K={k} objectives: .* expect 2.2 to 9 s per call$") as caught:
+        agg(j)
+        agg(j)
+    assert len([w for w in caught if issubclass(w.category, UserWarning)]) == 1

@@ -8,8 +8,6 @@ projections Jᵀv are compared. Both the exact enumeration (K ≤ 10) and the it
 (forced with ``exact_max_k=0``, and by K > 10) are checked, with u of any sign.
 """
 
-import warnings
-
 import cvxpy as cp
 import numpy as np
 import pytest
@@ -17,8 +15,6 @@ import quadprog
 import torch
 from jacobians import randomly_spread
 
-import morl.solvers.dual_cone as dc
-from morl.aggregators import build
 from morl.solvers.dual_cone import active_set_steps, project_to_dual_cone
 
 
@@ -265,22 +261,3 @@ def test_each_active_set_round_is_the_documented_step(k):
             if all(w[1] for w in wants):
                 break
         assert all(w[1] for w in wants), seed
-
-
-@pytest.mark.parametrize("name, k, rhs", [("upgrad", 12, 12), ("dualproj", 12, 1)])
-def test_a_call_that_may_take_over_five_seconds_warns_once(name, k, rhs, monkeypatch):
-    """The first call whose cost estimate (K/2 active-set steps of B masked K×K solves, B
-    right-hand sides) exceeds ~5 s warns, naming the method, K and the expected seconds; later
-    calls do not. STEP_SECONDS is raised so K = 12 estimates 1.5 to 9 s; at the real one K = 12
-    is silent."""
-    j = torch.randn(k, 20, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        build(name)(j)
-    monkeypatch.setattr(dc, "STEP_SECONDS", 1.5 / (rhs * k**3))
-    agg = build(name)
-    owner = {"upgrad": "UPGrad", "dualproj": "DualProj"}[name]
-    with pytest.warns(UserWarning, match=rf"^{owner} with K={k} objectives: .* expect 2.2 to 9 s per call$") as caught:
-        agg(j)
-        agg(j)
-    assert len([w for w in caught if issubclass(w.category, UserWarning)]) == 1
