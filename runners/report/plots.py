@@ -55,7 +55,7 @@ def learning_curves(methods: list[Method], reps: int, seed: int):
     for m in with_curves:
         mean, lo, hi = stats.curve_band(m.curves, reps, stats.rng_for(seed, m.label, "curve"))
         (line,) = ax.plot(
-            m.steps, mean, marker="o" if m.steps.size == 1 else None, label=f"{m.label} ({len(m.runs)} runs)"
+            m.steps, mean, marker="o" if m.steps.size == 1 else None, label=_labelled(m.label, len(m.runs))
         )
         ax.fill_between(m.steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
     metric = methods[0].metric
@@ -83,7 +83,7 @@ def per_task_curves(methods: list[Method], reps: int, seed: int):
             if task in m.tasks:
                 rng = stats.rng_for(seed, m.label, "task curve", task)
                 mean, lo, hi = stats.curve_band(m.task_curves[:, :, m.tasks.index(task)], reps, rng)
-                ax.plot(m.steps, mean, color=f"C{i}", label=f"{m.label} ({len(m.runs)} runs)")
+                ax.plot(m.steps, mean, color=f"C{i}", label=_labelled(m.label, len(m.runs)))
                 ax.fill_between(m.steps, lo, hi, color=f"C{i}", alpha=0.2, linewidth=0)
         ax.set_title(task, fontsize="small")
     for ax in axes[len(tasks) :]:
@@ -93,6 +93,10 @@ def per_task_curves(methods: list[Method], reps: int, seed: int):
     fig.supxlabel(_unit(with_curves[0]), fontsize="small")
     fig.suptitle(f"Per-task {methods[0].metric.name} (mean over runs, 95% bootstrap band)")
     return fig
+
+
+def _labelled(label: str, runs: int) -> str:
+    return f"{label} ({runs} run{'s' if runs != 1 else ''})"
 
 
 def _unit(m: Method) -> str:
@@ -228,7 +232,7 @@ def fronts(methods: list[Method], reps: int, seed: int):
     for ax, (a, b) in zip(axes, pairs):
         for i, m, runs in found:
             points = np.concatenate([r.front for r in runs])
-            ax.scatter(points[:, a], points[:, b], s=6, alpha=0.5, color=f"C{i}", label=f"{m.label} ({len(runs)} runs)")
+            ax.scatter(points[:, a], points[:, b], s=6, alpha=0.5, color=f"C{i}", label=_labelled(m.label, len(runs)))
         ax.set(xlabel=names[a], ylabel=names[b])
     axes[0].legend(fontsize="x-small", markerscale=2)
     fig.suptitle("Final fronts: discounted return per preference, all runs")

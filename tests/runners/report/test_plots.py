@@ -113,6 +113,7 @@ def test_fronts_are_read_from_morl_and_morl_baselines_runs_and_drawn_per_objecti
     offsets = [c.get_offsets() for c in axes[1].collections]  # a against c: ours, then theirs
     np.testing.assert_array_equal(offsets[0], [[1, 0], [2, 1], [3, 0]])
     np.testing.assert_array_equal(offsets[1], [[1.5, 0.5], [2.5, 0.5]])
+    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["linear (1 run)", "capql (1 run)"]
 
 
 def test_fronts_with_different_objective_counts_are_skipped_with_a_note(tmp_path):
