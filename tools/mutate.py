@@ -118,7 +118,7 @@ pytest_add_cli_args_test_selection = {json.dumps(tests)}
 """
     (scratch / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + section)
     # mutmut keeps its map of tests to functions and its verdicts when tests change: after an
-    # edit of a selected test file, map them anew and retry the survivors
+    # edit of a selected test file, map them anew and retry the survivors (and the unreached)
     stats = scratch / "mutants" / "mutmut-stats.json"
     if stats.exists() and any(
         (ROOT / t).stat().st_mtime > stats.stat().st_mtime for t in tests if t.startswith("tests/")
@@ -127,7 +127,9 @@ pytest_add_cli_args_test_selection = {json.dumps(tests)}
         for meta in (scratch / "mutants" / (scratch_path(m) + ".meta") for m in mutate):
             if meta.exists():
                 data = json.loads(meta.read_text())
-                data["exit_code_by_key"] = {k: None if v == 0 else v for k, v in data["exit_code_by_key"].items()}
+                data["exit_code_by_key"] = {
+                    k: None if v in (0, 5, 33) else v for k, v in data["exit_code_by_key"].items()
+                }  # survivors and mutants no test reached
                 meta.write_text(json.dumps(data))
     return scratch
 

@@ -5,10 +5,9 @@ Networks", ICLR 2025, arXiv 2408.11104, eq. 2):
 
 U the unit rows g_i/‖g_i‖ (zero rows stay 0), w the preference (equal weights; its scale
 cancels). U⁺w = Uᵀ(UUᵀ)⁺w and UUᵀ = N⁻¹GN⁻¹ (N = diag‖g_i‖) is the equilibrated Gramian, so
-u = Jᵀβ/‖Jᵀβ‖ with
-β = N⁻¹(N⁻¹GN⁻¹)⁺w, and d = Jᵀβ · (1ᵀGβ)/(βᵀGβ): no unit-row [K, D] copy is made. Where
-U⁺w = 0 (w has no part in the unit rows' span, e.g. two opposite rows) no direction has equal
-cosines with every row and d = 0, the limit of nearly opposite rows.
+u = Jᵀβ/‖Jᵀβ‖ with β = N⁻¹(N⁻¹GN⁻¹)⁺w, and d = Jᵀβ · (1ᵀGβ)/(βᵀGβ): no unit-row [K, D] copy is
+made. Where U⁺w = 0 (w has no part in the unit rows' span, e.g. two opposite rows) no direction
+has equal cosines with every row and d = 0, the limit of nearly opposite rows.
 """
 
 import torch
