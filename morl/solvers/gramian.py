@@ -18,7 +18,7 @@ def normalized_gramian(
     grads: torch.Tensor, dtype: torch.dtype | None = torch.float64
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(G / s, s)`` for the rows of ``grads`` [..., K, D], G cast to ``dtype`` (None: the input's), s [...] from :func:`gram_scale`."""
-    gram = gramian(grads) if dtype is None else gramian(grads).to(dtype)
+    gram = gramian(grads).to(dtype)  # .to(None) keeps the input's dtype
     s = gram_scale(gram)
     return gram / s, s.squeeze(-1).squeeze(-1)
 
