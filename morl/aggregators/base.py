@@ -20,8 +20,8 @@ def _finite(x: torch.Tensor) -> bool:
 
 
 def _bump(counter: torch.Tensor | None, flags: torch.Tensor) -> torch.Tensor:
-    """``counter + Σ flags`` as an int64 device tensor (created on the first call)."""
-    return flags.sum().to(torch.int64) + (0 if counter is None else counter)
+    """``counter + Σ flags`` as an int64 device tensor (created on the first call; a bool sum is int64)."""
+    return flags.sum() + (0 if counter is None else counter)
 
 
 def _shown(value) -> str:
@@ -117,7 +117,7 @@ class Aggregator(torch.nn.Module):
                     module._buffers[name] = torch.where(ok, new, old.to(new))
         zero = torch.zeros((), dtype=direction.dtype, device=direction.device)
         if self.weights is not None:  # the step taken is 0: so are the weights reported
-            self.weights = torch.where(ok, self.weights, zero.to(self.weights.dtype))
+            self.weights = torch.where(ok, self.weights, zero)
         self.nonfinite_steps = _bump(self.nonfinite_steps, ~ok)
         return torch.where(ok, direction, zero)
 

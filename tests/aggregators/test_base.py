@@ -407,3 +407,17 @@ def test_step_weights_are_a_calls_weights_without_the_direction():
     agg, call = build("epo_al"), build("epo_al")
     assert torch.equal(agg._step_weights(FINITE, losses), (call(FINITE, losses), call.weights)[1])
     assert torch.equal(agg.p, call.p) and not torch.equal(agg.p, torch.full((2,), 0.5, dtype=torch.float64))
+
+
+def test_a_skipped_call_keeps_the_state_and_weights_in_the_calls_dtype():
+    """EPO-AL's dual from a float64 call, then a skipped float32 call: p is the saved p in float32,
+    the reported weights are float32 zeros."""
+    agg = build("epo_al", check_finite="skip")
+    agg(torch.eye(2, dtype=torch.float64), torch.tensor([1.0, 3.0], dtype=torch.float64))
+    saved = agg.p.clone()
+    bad = torch.eye(2)
+    bad[0, 1] = float("nan")
+    agg(bad, torch.tensor([1.0, 3.0]))
+    assert agg.p.dtype == torch.float32 and torch.equal(agg.p, saved.float())
+    assert agg.weights.dtype == torch.float32 and torch.equal(agg.weights, torch.zeros(2))
+    assert agg.stats["nonfinite_steps"].dtype == torch.int64
