@@ -11,11 +11,10 @@ number of mutants, with a 95 % interval where modules were sampled (stratified, 
 corrected; 0 wide for a full run).
 """
 
-import json
 import math
 import sys
 
-from mutate import MODULES, scratch_dir, scratch_path
+from mutate import MODULES, results
 
 # mutmut's exit codes (mutmut/stats.py): 1 and 3 are kills, 0 a survivor.
 KILLED, SURVIVED, NO_TESTS = {1, 3}, {0}, {5, 33}
@@ -24,29 +23,22 @@ TIMEOUT = {36, 24, -24, 152, 255}
 
 def collect(prefix: str) -> dict:
     rows: dict = {}
-    for module, (files, _) in MODULES.items():
-        if prefix and not (module == prefix or module.startswith(prefix + "/")):
+    for module in MODULES:
+        codes = results(module) if not prefix or module == prefix or module.startswith(prefix + "/") else {}
+        if not codes:
             continue
-        for path in files:
-            meta = scratch_dir(module) / "mutants" / (scratch_path(path) + ".meta")
-            if not meta.exists():
-                continue
-            codes = json.loads(meta.read_text())["exit_code_by_key"]
-            row = rows.setdefault(
-                module, {"mutants": 0, "killed": 0, "survived": 0, "no test": 0, "other": 0, "names": []}
-            )
-            for name, code in codes.items():
-                row["mutants"] += 1
-                if code in KILLED or code in TIMEOUT:  # a mutant that hangs the tests is caught too
-                    row["killed"] += 1
-                elif code in SURVIVED:
-                    row["survived"] += 1
-                    row["names"].append(name)
-                elif code in NO_TESTS:  # no selected test reaches the mutated function
-                    row["no test"] += 1
-                    row["names"].append(name)
-                else:  # not run yet, or suspicious
-                    row["other"] += 1
+        row = rows[module] = {"mutants": len(codes), "killed": 0, "survived": 0, "no test": 0, "other": 0, "names": []}
+        for name, code in codes.items():
+            if code in KILLED or code in TIMEOUT:  # a mutant that hangs the tests is caught too
+                row["killed"] += 1
+            elif code in SURVIVED:
+                row["survived"] += 1
+                row["names"].append(name)
+            elif code in NO_TESTS:  # no selected test reaches the mutated function
+                row["no test"] += 1
+                row["names"].append(name)
+            else:  # not run yet, or suspicious
+                row["other"] += 1
     return rows
 
 
