@@ -17,6 +17,7 @@ score in a fraction of the time (the core has thousands of mutants at seconds ea
 """
 
 import ast
+import hashlib
 import json
 import os
 import random
@@ -117,21 +118,31 @@ pytest_add_cli_args = ["-p", "no:cacheprovider"]
 pytest_add_cli_args_test_selection = {json.dumps(tests)}
 """
     (scratch / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text() + section)
-    # mutmut keeps its map of tests to functions and its verdicts when tests change: after an
-    # edit of a selected test file, map them anew and retry the survivors (and the unreached)
-    stats = scratch / "mutants" / "mutmut-stats.json"
-    if stats.exists() and any(
-        (ROOT / t).stat().st_mtime > stats.stat().st_mtime for t in tests if t.startswith("tests/")
-    ):
-        stats.unlink()
-        for meta in (scratch / "mutants" / (scratch_path(m) + ".meta") for m in mutate):
-            if meta.exists():
-                data = json.loads(meta.read_text())
-                data["exit_code_by_key"] = {
-                    k: None if v in (0, 5, 33) else v for k, v in data["exit_code_by_key"].items()
-                }  # survivors and mutants no test reached
-                meta.write_text(json.dumps(data))
+    forget_survivors_if_tests_changed(scratch, mutate)
     return scratch
+
+
+def forget_survivors_if_tests_changed(scratch: Path, mutate: list[str]) -> None:
+    """mutmut keeps its map of tests to functions and its verdicts when tests change: after an edit
+    anywhere in tests/ (shared checks included), map them anew and retry the survivors and the
+    unreached. Contents, not mtimes: `git archive` stamps every file with the commit's time."""
+    seen, now = scratch / "tests.sha256", tests_fingerprint()
+    if seen.exists() and seen.read_text() == now:
+        return
+    (scratch / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
+    for meta in (scratch / "mutants" / (scratch_path(m) + ".meta") for m in mutate):
+        if meta.exists():
+            data = json.loads(meta.read_text())
+            data["exit_code_by_key"] = {k: None if v in (0, 5, 33) else v for k, v in data["exit_code_by_key"].items()}
+            meta.write_text(json.dumps(data))
+    seen.write_text(now)
+
+
+def tests_fingerprint() -> str:
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
 
 
 def results(module: str) -> dict[str, int | None]:
