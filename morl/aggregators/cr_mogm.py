@@ -34,7 +34,7 @@ class CRMOGM(Aggregator):
         self.needs_losses = self.base.needs_losses
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        lam_hat = self.base._step_weights(grads, losses).to(grads.dtype)  # the base's state advances as in a call
+        lam_hat = self.base._step_weights(grads, losses)  # the base's state advances as in a call
         if self.lam is None:
             lam, calls = lam_hat, torch.ones((), dtype=torch.int64, device=grads.device)
         else:  # calls == 0 after a skipped first call (the skip policy put the zeros back): λ_0 = λ̂_1

@@ -20,7 +20,7 @@ class LossWeighting(Aggregator):
         raise NotImplementedError
 
     def aggregate(self, grads: torch.Tensor, losses: torch.Tensor | None) -> torch.Tensor:
-        w = self.loss_weights(losses).to(grads.dtype)
+        w = self.loss_weights(losses)
         self.weights = w
         return w @ grads
 

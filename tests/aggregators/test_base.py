@@ -383,7 +383,8 @@ def test_a_gramian_method_sees_g_over_its_largest_diagonal_unless_in_units():
 
 def test_gramian_weights_follow_forward_without_the_rows():
     """From G alone: the weights forward applies, the same checks (NaN in G_kk names objective k;
-    "skip" returns 0 weights and counts), and a non-square G is refused."""
+    "skip" returns 0 weights and counts, NaN losses too), weights in G's dtype, and a non-square G
+    is refused."""
     g = torch.tensor([[1.25, 1.0], [1.0, 5.0]], dtype=torch.float64)
     torch.testing.assert_close(build("mgda").gramian_weights(g), build("mgda")(FINITE) @ torch.linalg.pinv(FINITE))
     agg = _InUnits()
@@ -396,6 +397,11 @@ def test_gramian_weights_follow_forward_without_the_rows():
     assert torch.equal(skip.gramian_weights(bad), torch.zeros(2, dtype=torch.float64))
     assert skip.stats["nonfinite_steps"].item() == 1
     assert torch.equal(_Unit(check_finite="off").gramian_weights(g), torch.ones(2, dtype=torch.float64))
+    nan_loss = torch.tensor([float("nan"), 1.0])
+    assert torch.equal(_Unit(check_finite="skip").gramian_weights(g, nan_loss), torch.zeros(2, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"loss"):
+        _Unit().gramian_weights(g, nan_loss)
+    assert build("pcgrad").gramian_weights(g.float()).dtype == torch.float32  # PCGrad solves in float64
     with pytest.raises(ValueError, match=r"gram must be a square \[K, K\] tensor, got torch.Size\(\[2, 3\]\)"):
         _Unit().gramian_weights(torch.ones(2, 3))
 

@@ -76,8 +76,10 @@ def test_finite_for_every_finite_input(name, options, case, dtype, gen):
     }
     inputs = list(cases(gen, dtype, ks=(2, 12), spreads=(6.0,))) + [(k, v.to(dtype)) for k, v in extra.items()]
     for label, j in inputs:
-        out = _call(build(name, **options), j)
+        agg = build(name, **options)
+        out = _call(agg, j)
         assert out.shape == (j.shape[1],) and out.dtype == dtype and torch.isfinite(out).all(), label
+        assert agg.weights is None or agg.weights.dtype == dtype, label
 
 
 def _select(flag):
