@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from morl.aggregators import build
-from morl.aggregators.moco import PRESETS
+from morl.aggregators.moco import CHOICES, PRESETS
 from morl.problems import cagrad_toy as toy
 from morl.solvers import min_norm, min_norm_2
 from morl.solvers.simplex import project_simplex
@@ -403,8 +403,14 @@ def test_a_zero_step_or_scale_and_a_fractional_offset_are_refused(option, value)
 
 @pytest.mark.parametrize("option, value", [("rho", -1.0), ("gamma0", float("nan")), ("beta_pow", True)])
 def test_a_negative_nan_or_bool_number_is_refused(option, value):
-    with pytest.raises(ValueError, match=option):
+    with pytest.raises(ValueError, match=rf"^MoCo option {option}={value!r} is not valid; allowed: \S"):
         build("moco", **{option: value})
+
+
+@pytest.mark.parametrize("option", [k for k in CHOICES if k != "beta_clip"])
+def test_an_unknown_choice_names_moco_the_option_and_the_choices(option):
+    with pytest.raises(ValueError, match=rf"^MoCo option {option}='nope' is not valid; allowed: {CHOICES[option][0]}, "):
+        build("moco", **{option: "nope"})
 
 
 def test_the_radius_is_held_in_the_gradients_dtype():
