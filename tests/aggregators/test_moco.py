@@ -409,7 +409,9 @@ def test_a_negative_nan_or_bool_number_is_refused(option, value):
 
 @pytest.mark.parametrize("option", [k for k in CHOICES if k != "beta_clip"])
 def test_an_unknown_choice_names_moco_the_option_and_the_choices(option):
-    with pytest.raises(ValueError, match=rf"^MoCo option {option}='nope' is not valid; allowed: {CHOICES[option][0]}, "):
+    with pytest.raises(
+        ValueError, match=rf"^MoCo option {option}='nope' is not valid; allowed: {CHOICES[option][0]}, "
+    ):
         build("moco", **{option: "nope"})
 
 
