@@ -357,6 +357,7 @@ def test_repr_shows_the_options_floats_short_and_preferences_as_lists():
     assert repr(build("epo_al", preference=[1, 2.5])) == (
         "EPOAL(preference=[1.0, 2.5], eta=10, mu=0.1, dual_init='uniform')"
     )
+    assert repr(build("epo_al", preference=[1 / 3, 2.5])).startswith("EPOAL(preference=[0.333333, 2.5], ")
 
 
 class _Unit(GramianAggregator):
@@ -383,8 +384,8 @@ def test_a_gramian_method_sees_g_over_its_largest_diagonal_unless_in_units():
 
 def test_gramian_weights_follow_forward_without_the_rows():
     """From G alone: the weights forward applies, the same checks (NaN in G_kk names objective k;
-    "skip" returns 0 weights and counts, NaN losses too), weights in G's dtype, and a non-square G
-    is refused."""
+    "skip" returns 0 weights and counts, NaN losses too; "off" checks nothing), weights in G's
+    dtype, and a non-square G or a list is refused."""
     g = torch.tensor([[1.25, 1.0], [1.0, 5.0]], dtype=torch.float64)
     torch.testing.assert_close(build("mgda").gramian_weights(g), build("mgda")(FINITE) @ torch.linalg.pinv(FINITE))
     agg = _InUnits()
@@ -397,6 +398,8 @@ def test_gramian_weights_follow_forward_without_the_rows():
     assert torch.equal(skip.gramian_weights(bad), torch.zeros(2, dtype=torch.float64))
     assert skip.stats["nonfinite_steps"].item() == 1
     assert torch.equal(_Unit(check_finite="off").gramian_weights(g), torch.ones(2, dtype=torch.float64))
+    assert torch.equal(_Unit(check_finite="off").gramian_weights(bad), torch.ones(2, dtype=torch.float64))  # no check
+    assert build("pcgrad", check_finite="off").gramian_weights(g.float()).dtype == torch.float32
     nan_loss = torch.tensor([float("nan"), 1.0])
     assert torch.equal(_Unit(check_finite="skip").gramian_weights(g, nan_loss), torch.zeros(2, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"loss"):
@@ -404,6 +407,8 @@ def test_gramian_weights_follow_forward_without_the_rows():
     assert build("pcgrad").gramian_weights(g.float()).dtype == torch.float32  # PCGrad solves in float64
     with pytest.raises(ValueError, match=r"gram must be a square \[K, K\] tensor, got torch.Size\(\[2, 3\]\)"):
         _Unit().gramian_weights(torch.ones(2, 3))
+    with pytest.raises(ValueError, match=r"gram must be a square \[K, K\] tensor, got list"):
+        _Unit().gramian_weights([[1.0]])
 
 
 def test_step_weights_are_a_calls_weights_without_the_direction():

@@ -121,6 +121,7 @@ OUT_OF_RANGE = [
     ("pcd", {"max_iter": 0}, r"PCD option max_iter=0 is not valid"),
     ("sdmgrad", {"momentum": 1.0}, r"SDMGrad option momentum=1.0 is not valid; allowed: a number in \[0, 1\)"),
     ("sdmgrad", {"n_steps": 0}, r"SDMGrad option n_steps=0 is not valid; allowed: a finite int >= 1"),
+    ("epo_al", {"mu": 0.0}, r"EPOAL option mu=0.0 is not valid; allowed: a finite number > 0"),
 ]
 
 

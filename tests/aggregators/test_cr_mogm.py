@@ -87,6 +87,13 @@ def test_matches_torchjd_around_pcgrad():
             assert (ours(j) - ref).abs().max() <= 1e-10 * j.abs().max()
 
 
+def test_float32_rows_get_float32_weights_around_a_float64_solver():
+    """PCGrad solves in float64; the smoothed weights and the direction stay in the rows' dtype."""
+    agg = build("cr_mogm", base="pcgrad")
+    for _ in range(2):
+        assert agg(torch.eye(3)).dtype == torch.float32 and agg.weights.dtype == torch.float32
+
+
 def test_hand_computed_two_calls():
     """MGDA on diag(2, 1): λ̂ = (0.2, 0.8); on diag(1, 1): λ̂ = (0.5, 0.5). α = 0.5:
     λ_2 = (0.35, 0.65), d_2 = (0.35, 0.65)."""
