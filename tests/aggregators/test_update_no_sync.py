@@ -79,6 +79,7 @@ OTHER_PATHS = [
     ("rlw", {"distribution": "bernoulli"}),
     ("stch", {"warmup": 2}),
     ("krum", {"score": "distance"}),
+    ("trimmed_mean", {"trim": 1}),
 ]
 
 
